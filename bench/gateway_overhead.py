@@ -1,0 +1,165 @@
+"""Gateway overhead over a fast fake upstream, as ratios against calling the upstream directly.
+
+    .venv/bin/python -m bench.gateway_overhead [--calls 2000] [--clients 16]
+
+Everything runs on this machine in separate processes: the fake upstream (aiohttp, 512 prompt / 128
+response token ids with logprobs), the Tether gateway (uvicorn, durable SQLite recording), and the load
+generator. Reported: p50/p99 latency with 1 client, throughput with N clients, both direct and through
+the gateway, and the gateway's resident memory before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+import orjson
+
+PROMPT_IDS = list(range(1000, 1512))
+RESPONSE_IDS = list(range(2000, 2128))
+BODY = {"model": "policy", "messages": [{"role": "user", "content": "hello " * 50}], "max_tokens": 128}
+
+
+def fake_upstream_main(port: int) -> None:
+    from aiohttp import web
+
+    response = orjson.dumps({
+        "id": "x", "object": "chat.completion", "created": 0, "model": "m",
+        "prompt_token_ids": PROMPT_IDS,
+        "choices": [{
+            "index": 0, "finish_reason": "length", "token_ids": RESPONSE_IDS,
+            "message": {"role": "assistant", "content": "word " * 128},
+            "logprobs": {"content": [{"token": "word", "logprob": -0.5, "bytes": None, "top_logprobs": []}] * 128},
+        }],
+        "usage": {"prompt_tokens": 512, "completion_tokens": 128, "total_tokens": 640},
+    })
+
+    async def chat(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(body=response, content_type="application/json")
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None)
+
+
+def gateway_main(port: int, upstream: str, project: str) -> None:
+    import uvicorn
+
+    from tether.auth import TokenAuthority
+    from tether.gateway import Gateway, HTTPUpstream, HTTPUpstreamConfig, create_gateway_app
+    from tether.store import SQLiteStore
+
+    store = SQLiteStore(Path(project) / "store.db")
+    auth = TokenAuthority.load_or_create(Path(project) / "secret")
+    gateway = Gateway(store, auth)
+    gateway.add_upstream(HTTPUpstream(HTTPUpstreamConfig("policy", upstream, request_token_ids=True)))
+    claim = store.start_session()
+    (Path(project) / "creds").write_text(f"{claim.rollout.id}\n{auth.rollout_token(claim.rollout.id)}\n")
+    uvicorn.run(create_gateway_app(gateway), host="127.0.0.1", port=port, log_level="error", access_log=False)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_port(port: int) -> None:
+    for _ in range(600):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"nothing listening on {port}")
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+async def load(url: str, key: str, calls: int, clients: int) -> tuple[list[float], float]:
+    latencies: list[float] = []
+    payload = orjson.dumps(BODY)
+    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+    remaining = calls
+
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+
+        async def worker() -> None:
+            nonlocal remaining
+            while remaining > 0:
+                remaining -= 1
+                started = time.perf_counter()
+                async with session.post(url, data=payload, headers=headers) as response:
+                    await response.read()
+                    if response.status != 200:
+                        raise RuntimeError(f"HTTP {response.status}")
+                latencies.append(time.perf_counter() - started)
+
+        began = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(clients)))
+        return latencies, calls / (time.perf_counter() - began)
+
+
+def percentile(values: list[float], q: float) -> float:
+    return statistics.quantiles(values, n=100)[int(q) - 1] * 1000
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--clients", type=int, default=16)
+    args = parser.parse_args()
+    up_port, gw_port = free_port(), free_port()
+    project = tempfile.mkdtemp(prefix="tether-bench-")
+    here = [sys.executable, "-c"]
+    upstream = subprocess.Popen([*here, f"from bench.gateway_overhead import *; fake_upstream_main({up_port})"])
+    gateway = subprocess.Popen([
+        *here, f"from bench.gateway_overhead import *; gateway_main({gw_port}, "
+        f"'http://127.0.0.1:{up_port}/v1', {project!r})"
+    ])
+    try:
+        wait_port(up_port)
+        wait_port(gw_port)
+        rollout_id, key = (Path(project) / "creds").read_text().split()
+        direct = f"http://127.0.0.1:{up_port}/v1/chat/completions"
+        through = f"http://127.0.0.1:{gw_port}/rollouts/{rollout_id}/v1/chat/completions"
+        asyncio.run(load(through, key, 200, 4))  # warm-up
+        rss_before = rss_mib(gateway.pid)
+        rows = []
+        for name, url in (("direct", direct), ("gateway", through)):
+            single, _ = asyncio.run(load(url, key, args.calls // 4, 1))
+            _, throughput = asyncio.run(load(url, key, args.calls, args.clients))
+            rows.append((name, percentile(single, 50), percentile(single, 99), throughput))
+        rss_after = rss_mib(gateway.pid)
+    finally:
+        for process in (gateway, upstream):
+            process.terminate()
+            process.wait(timeout=30)
+    (_, d50, d99, dtp), (_, g50, g99, gtp) = rows
+    print(f"| | direct | through gateway | ratio |\n|---|---|---|---|")
+    print(f"| p50 latency, 1 client (ms) | {d50:.2f} | {g50:.2f} | {g50 / d50:.2f}x (+{g50 - d50:.2f} ms) |")
+    print(f"| p99 latency, 1 client (ms) | {d99:.2f} | {g99:.2f} | {g99 / d99:.2f}x |")
+    print(f"| throughput, {args.clients} clients (req/s) | {dtp:.0f} | {gtp:.0f} | {gtp / dtp:.2f}x |")
+    recorded = args.calls + args.calls // 4
+    print(f"\ngateway RSS {rss_before:.0f} MiB before, {rss_after:.0f} MiB after {recorded} more recorded calls "
+          f"({(rss_after - rss_before) * 1024 / recorded:.2f} KiB per call)")
+    print(f"cpu cores: {os.cpu_count()}")
+
+
+if __name__ == "__main__":
+    main()

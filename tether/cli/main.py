@@ -1,0 +1,36 @@
+"""The `tether` command."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from tether import __version__
+from tether.cli import serve, store_cmd
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tether",
+        description=(
+            "Train existing AI agents with reinforcement learning inside their own harness. "
+            "Agents only change OPENAI_BASE_URL: every model call is recorded with its token ids."
+        ),
+    )
+    parser.add_argument("--version", action="version", version=f"tether {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    serve.add_parser(commands)
+    store_cmd.add_parser(commands)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.run(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,166 @@
+"""`tether serve`: store + gateway + engine in one process."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import sys
+import time
+from pathlib import Path
+
+import uvicorn
+from rich.console import Console
+
+from tether.gateway import (
+    EngineUpstream,
+    Gateway,
+    GatewayConfig,
+    HTTPUpstream,
+    HTTPUpstreamConfig,
+    create_gateway_app,
+)
+from tether.gateway.server import listen, url_of
+from tether.project import Project
+from tether.store import SQLiteStore
+
+console = Console(stderr=True)
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "serve",
+        help="run the store, the gateway and the model engine in one process",
+        description=(
+            "Serve an OpenAI-compatible gateway that records every model call, with its token ids and "
+            "logprobs, into the project's store (.tether/store.db). By default the built-in engine serves "
+            "the policy model; --upstream forwards to any OpenAI-compatible server instead. An ad-hoc "
+            "session rollout is opened and two `export` lines are printed: paste them into a shell and any "
+            "agent that reads OPENAI_BASE_URL / OPENAI_API_KEY is recorded."
+        ),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument(
+        "--model",
+        default="smollm2-135m",
+        help="policy model for the built-in engine: smollm2-135m, tiny-random, or a local HF folder",
+    )
+    parser.add_argument(
+        "--upstream",
+        metavar="URL",
+        help="forward calls to this OpenAI-compatible base URL instead of the built-in engine",
+    )
+    parser.add_argument("--upstream-key", metavar="KEY", help="API key for --upstream")
+    parser.add_argument("--upstream-model", metavar="NAME", help="model name to send to --upstream")
+    parser.add_argument(
+        "--upstream-token-ids",
+        action="store_true",
+        help="ask --upstream for token ids (vLLM's return_token_ids)",
+    )
+    parser.add_argument(
+        "--route",
+        action="append",
+        default=[],
+        metavar="ALIAS=UPSTREAM",
+        help="route a model name to an upstream (repeatable); '*=policy' is the default",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="interface to bind (loopback by default)")
+    parser.add_argument("--port", type=int, default=8000, help="port to bind (0 picks a free one)")
+    parser.add_argument(
+        "--project-dir", default=None, help="project directory holding .tether/ (default: cwd)"
+    )
+    parser.add_argument("--max-batch-size", type=int, default=8, help="built-in engine: requests per batch")
+    parser.add_argument("--no-session", action="store_true", help="do not open an ad-hoc session rollout")
+    parser.add_argument("--log-level", default="warning", help="uvicorn log level")
+    parser.set_defaults(run=run)
+
+
+def parse_routes(items: list[str]) -> dict[str, str]:
+    routes = {"*": "policy"}
+    for item in items:
+        alias, sep, upstream = item.partition("=")
+        if not sep or not alias or not upstream:
+            raise SystemExit(f"tether serve: --route expects ALIAS=UPSTREAM, got {item!r}")
+        routes[alias] = upstream
+    return routes
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _policy_upstream(args: argparse.Namespace) -> EngineUpstream | HTTPUpstream:
+    if args.upstream:
+        return HTTPUpstream(
+            HTTPUpstreamConfig(
+                name="policy",
+                base_url=args.upstream,
+                api_key=args.upstream_key,
+                model=args.upstream_model,
+                request_token_ids=args.upstream_token_ids,
+            )
+        )
+    try:
+        from tether.engines import TransformersEngine
+    except ImportError as exc:
+        raise SystemExit(
+            f"tether serve: the built-in engine needs torch and transformers ({exc}). "
+            "Install them with: pip install torch==2.13.0 && pip install -e '.[engine]'"
+        ) from exc
+    started = time.monotonic()
+    with console.status(f"loading model {args.model} ..."):
+        try:
+            engine = TransformersEngine(args.model, max_batch_size=args.max_batch_size)
+        except (ValueError, FileNotFoundError, RuntimeError) as exc:
+            raise SystemExit(f"tether serve: cannot load model {args.model!r}: {exc}") from exc
+    console.print(f"[green]model[/] {args.model} loaded in {time.monotonic() - started:.1f}s")
+    return EngineUpstream(engine, name="policy")
+
+
+def run(args: argparse.Namespace) -> int:
+    project = Project.at(args.project_dir)
+    routes = parse_routes(args.route)
+    if not _is_loopback(args.host):
+        console.print(
+            f"[yellow]warning:[/] binding {args.host}: the gateway is reachable from other machines; "
+            "keep the admin token secret"
+        )
+    store = SQLiteStore(project.store_path)
+    authority = project.authority()
+    token_path = project.write_admin_token(authority)
+    gateway = Gateway(store, authority, GatewayConfig(routes=routes))
+    gateway.add_upstream(_policy_upstream(args))
+    app = create_gateway_app(gateway)
+    try:
+        sock = listen(args.host, args.port)
+    except OSError as exc:
+        raise SystemExit(f"tether serve: {exc}") from None
+    gateway.config.public_url = url_of(sock, args.host)
+    # The socket already listens: an agent started as soon as "ready" is printed just queues briefly.
+    _announce(gateway, project, token_path, open_session=not args.no_session)
+    server = uvicorn.Server(uvicorn.Config(app, log_level=args.log_level))
+    try:
+        server.run(sockets=[sock])
+    finally:
+        sock.close()
+        store.close()
+    return 0
+
+
+def _announce(gateway: Gateway, project: Project, token_path: Path, open_session: bool) -> None:
+    url = gateway.config.public_url
+    out = sys.stdout
+    out.write(f"Tether gateway on {url}  (OpenAI API under /rollouts/<id>/v1, store API under /store)\n")
+    out.write(f"store: {project.store_path}\nadmin token: {token_path}\n")
+    if open_session:
+        claim = gateway.store.start_session({"source": "tether serve"})
+        creds = gateway.credentials(claim.rollout.id)
+        out.write(f"session rollout {claim.rollout.id}: run your agent in a shell with\n")
+        out.write(f"export OPENAI_BASE_URL={creds['base_url']}\n")
+        out.write(f"export OPENAI_API_KEY={creds['api_key']}\n")
+    out.write("ready\n")
+    out.flush()

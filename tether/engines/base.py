@@ -1,0 +1,77 @@
+"""What the gateway needs from a model engine that runs in the same process.
+
+An engine takes prompt token ids and produces generated token ids with their policy logprobs
+(log-softmax of the raw logits, before temperature or top-p), so that training never has to
+re-tokenize text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass
+class SamplingParams:
+    max_tokens: int = 256
+    temperature: float = 1.0
+    top_p: float = 1.0
+    stop: list[str] = field(default_factory=list)
+    seed: int | None = None
+
+
+@dataclass
+class GeneratedToken:
+    """One step of a streamed generation. `text` is the newly decodable text (may be empty)."""
+
+    token_id: int
+    logprob: float
+    text: str
+
+
+@dataclass
+class Generation:
+    token_ids: list[int]
+    logprobs: list[float]
+    text: str
+    finish_reason: str  # "stop" or "length"
+
+
+@dataclass
+class GenerationDone:
+    """The last item of a stream: the whole generation as it will be recorded."""
+
+    generation: Generation
+    policy_version: int
+
+
+class Engine(Protocol):
+    name: str
+    policy_version: int
+
+    def chat_prompt_ids(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+    ) -> list[int]:
+        """Render chat messages with the model's chat template (generation prompt added) into token ids."""
+        ...
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, token_ids: list[int]) -> str: ...
+
+    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> tuple[Generation, int]:
+        """Generate one completion. Returns it with the policy version that produced it."""
+        ...
+
+    def stream(
+        self, prompt_ids: list[int], params: SamplingParams
+    ) -> AsyncIterator[GeneratedToken | GenerationDone]:
+        """Generate one completion token by token; the final item is a GenerationDone."""
+        ...
+
+    def load_adapter(self, adapter_path: str, policy_version: int | None = None) -> int:
+        """Swap in a LoRA adapter in place; returns the new policy version."""
+        ...
+
+    async def aclose(self) -> None: ...

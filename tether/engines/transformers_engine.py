@@ -1,0 +1,564 @@
+"""An in-process engine on Hugging Face transformers with its own batched decoding loop.
+
+A single worker thread owns the model. Requests from any asyncio loop are put on a thread-safe
+queue; the worker left-pads waiting prompts into a batch, prefills them, and decodes step by step
+with a KV cache. Requests that arrive while a batch runs are prefilled separately and merged into
+the running batch between steps (when the cache layout allows it; otherwise they wait for the
+batch to drain). Tokens go back to each caller's loop with `call_soon_threadsafe`.
+
+Adapter swaps take the model lock, which the worker holds from the first prefill of a batch until
+its last row finishes, and no new rows are admitted while a swap waits: every generation is
+produced by exactly one policy version.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
+from transformers.cache_utils import DynamicLayer
+
+from .base import GeneratedToken, Generation, GenerationDone, SamplingParams
+from .catalog import CATALOGUE, resolve_model
+
+log = logging.getLogger(__name__)
+
+_STOP = object()
+_REPLACEMENT = "\ufffd"
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class EngineClosedError(RuntimeError):
+    pass
+
+
+@dataclass
+class _Request:
+    prompt_ids: list[int]
+    params: SamplingParams
+    loop: asyncio.AbstractEventLoop
+    results: asyncio.Queue[Any]
+    cancelled: bool = False
+
+    def push(self, item: Any) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self.results.put_nowait, item)
+        except RuntimeError:
+            self.cancelled = True
+
+
+@dataclass
+class _Row:
+    request: _Request
+    generator: torch.Generator | None
+    policy_version: int
+    stops: list[str]
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    text_ids: list[int] = field(default_factory=list)
+    text: str = ""
+    emitted: str = ""
+    finish_reason: str | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.finish_reason is not None or self.request.cancelled
+
+
+@dataclass
+class _Batch:
+    rows: list[_Row]
+    cache: Any
+    mask: torch.Tensor
+    positions: torch.Tensor
+    last_tokens: torch.Tensor
+    reshapeable: bool
+
+
+class TransformersEngine:
+    """Engine protocol implementation; see `tether.engines.base.Engine`."""
+
+    def __init__(
+        self,
+        model: str,
+        device: str | None = None,
+        dtype: str = "auto",
+        max_batch_size: int = 8,
+        name: str | None = None,
+        threads: int | None = None,
+        cache_dir: Path | None = None,
+    ) -> None:
+        if threads:
+            torch.set_num_threads(threads)
+        self.name = name or (model if model in CATALOGUE else Path(model).name)
+        self.policy_version = 0
+        self.max_batch_size = max(1, max_batch_size)
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.path = resolve_model(model, cache_dir)
+        self.tokenizer = AutoTokenizer.from_pretrained(self.path)
+        self.model = self._load_model(self.path, _resolve_dtype(dtype, self.device))
+        self.config = self.model.config
+        self.max_context = int(getattr(self.config, "max_position_embeddings", 0) or 2**31 - 1)
+        self.vocab_size = int(self.model.get_input_embeddings().num_embeddings)
+        self.eos_token_ids = _eos_ids(self.tokenizer, self.model)
+        self.pad_token_id = _pad_id(self.tokenizer, self.eos_token_ids)
+        self._adapter_name: str | None = None
+        self._model_lock = threading.Lock()
+        self._swap_lock = threading.Lock()
+        self._swap_requested = threading.Event()
+        self._requests: queue.Queue[Any] = queue.Queue()
+        self._closed = False
+        self._worker = threading.Thread(target=self._run, name=f"tether-engine-{self.name}", daemon=True)
+        self._worker.start()
+
+    @classmethod
+    def load(cls, model: str, **kwargs: Any) -> TransformersEngine:
+        return cls(model, **kwargs)
+
+    def _load_model(self, path: Path, dtype: torch.dtype) -> Any:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+        return model.to(self.device).eval()
+
+    def chat_prompt_ids(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+    ) -> list[int]:
+        kwargs: dict[str, Any] = {"add_generation_prompt": True, "tokenize": True}
+        if tools:
+            kwargs["tools"] = tools
+        rendered = self.tokenizer.apply_chat_template([_flatten_message(m) for m in messages], **kwargs)
+        return _as_id_list(rendered)
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def decode(self, token_ids: list[int]) -> str:
+        """Decode ids, keeping special tokens except trailing EOS, so a generation decodes to its text."""
+        ids = list(token_ids)
+        while ids and ids[-1] in self.eos_token_ids:
+            ids.pop()
+        return self._decode_text(ids)
+
+    def _decode_text(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> tuple[Generation, int]:
+        async for item in self.stream(prompt_ids, params):
+            if isinstance(item, GenerationDone):
+                return item.generation, item.policy_version
+        raise RuntimeError("generation stream ended without a result")
+
+    async def stream(
+        self, prompt_ids: list[int], params: SamplingParams
+    ) -> AsyncIterator[GeneratedToken | GenerationDone]:
+        """Async generator of GeneratedToken items, ending with a GenerationDone.
+
+        Closing it early (break, aclose, task cancellation) cancels the request.
+        """
+        prompt = [int(t) for t in prompt_ids]
+        self._validate(prompt, params)
+        request = _Request(prompt, params, asyncio.get_running_loop(), asyncio.Queue())
+        self._requests.put(request)
+        if not self._worker.is_alive():
+            raise EngineClosedError("engine worker is not running")
+        finished = False
+        try:
+            while True:
+                item = await request.results.get()
+                if isinstance(item, BaseException):
+                    finished = True
+                    raise item
+                if isinstance(item, GenerationDone):
+                    finished = True
+                    yield item
+                    return
+                yield item
+        finally:
+            if not finished:
+                request.cancelled = True
+
+    def _validate(self, prompt: list[int], params: SamplingParams) -> None:
+        if self._closed:
+            raise EngineClosedError("engine is closed")
+        if not prompt:
+            raise ValueError("prompt is empty")
+        if params.max_tokens < 1:
+            raise ValueError(f"max_tokens must be at least 1, got {params.max_tokens}")
+        if len(prompt) + params.max_tokens > self.max_context:
+            raise ValueError(
+                f"prompt of {len(prompt)} tokens plus max_tokens={params.max_tokens} exceeds the model's "
+                f"context of {self.max_context} tokens"
+            )
+        if min(prompt) < 0 or max(prompt) >= self.vocab_size:
+            raise ValueError(f"prompt contains token ids outside the vocabulary [0, {self.vocab_size})")
+        if params.top_p <= 0 or params.top_p > 1:
+            raise ValueError(f"top_p must be in (0, 1], got {params.top_p}")
+
+    def set_policy_version(self, version: int) -> None:
+        self.policy_version = int(version)
+
+    def load_adapter(self, adapter_path: str, policy_version: int | None = None) -> int:
+        """Make the LoRA adapter in `adapter_path` the active policy, between batches. Blocks."""
+        with self._swap_lock:
+            self._swap_requested.set()
+            try:
+                with self._model_lock:
+                    self._swap_adapter(str(adapter_path))
+                    self.policy_version = (
+                        self.policy_version + 1 if policy_version is None else policy_version
+                    )
+                    return self.policy_version
+            finally:
+                self._swap_requested.clear()
+
+    async def aload_adapter(self, adapter_path: str, policy_version: int | None = None) -> int:
+        return await asyncio.to_thread(self.load_adapter, adapter_path, policy_version)
+
+    def _swap_adapter(self, adapter_path: str) -> None:
+        from peft import PeftModel
+
+        new_name = f"policy-{self.policy_version + 1}-{time.monotonic_ns()}"
+        if self._adapter_name is None:
+            self.model = PeftModel.from_pretrained(self.model, adapter_path, adapter_name=new_name).eval()
+        else:
+            self.model.load_adapter(adapter_path, adapter_name=new_name, is_trainable=False)
+            self.model.set_adapter(new_name)
+            self.model.delete_adapter(self._adapter_name)
+        self.model.to(self.device).eval()
+        self._adapter_name = new_name
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._requests.put(_STOP)
+        if threading.current_thread() is not self._worker:
+            self._worker.join()
+
+    async def aclose(self) -> None:
+        await asyncio.to_thread(self.close)
+
+    def _run(self) -> None:
+        pending: deque[_Request] = deque()
+        batch: _Batch | None = None
+        stopping = False
+        while not stopping:
+            if batch is None and not pending:
+                item = self._requests.get()
+                if item is _STOP:
+                    break
+                pending.append(item)
+            stopping = self._drain(pending)
+            if stopping:
+                break
+            if batch is None:
+                while self._swap_requested.is_set():
+                    time.sleep(0.001)
+                self._model_lock.acquire()
+            try:
+                batch = self._iterate(batch, pending)
+            finally:
+                if batch is None:
+                    self._model_lock.release()
+        if batch is not None:
+            self._fail([row.request for row in batch.rows], EngineClosedError("engine closed"))
+            self._model_lock.release()
+        self._fail(list(pending), EngineClosedError("engine closed"))
+        self._fail(self._drain_all(), EngineClosedError("engine closed"))
+
+    def _drain(self, pending: deque[_Request]) -> bool:
+        while True:
+            try:
+                item = self._requests.get_nowait()
+            except queue.Empty:
+                return False
+            if item is _STOP:
+                return True
+            pending.append(item)
+
+    def _drain_all(self) -> list[_Request]:
+        leftovers: deque[_Request] = deque()
+        self._drain(leftovers)
+        return list(leftovers)
+
+    def _iterate(self, batch: _Batch | None, pending: deque[_Request]) -> _Batch | None:
+        """One scheduling step, run under the model lock: admit new rows, decode one token, prune."""
+        try:
+            with torch.inference_mode():
+                batch = self._admit(batch, pending)
+                if batch is not None and not all(row.done for row in batch.rows):
+                    self._decode_step(batch)
+                return self._prune(batch) if batch is not None else None
+        except Exception as exc:
+            log.exception("engine batch failed")
+            if batch is not None:
+                self._fail([row.request for row in batch.rows if not row.done], exc)
+            return None
+
+    def _admit(self, batch: _Batch | None, pending: deque[_Request]) -> _Batch | None:
+        while pending and pending[0].cancelled:
+            pending.popleft()
+        if batch is not None and (not batch.reshapeable or self._swap_requested.is_set()):
+            return batch
+        room = self.max_batch_size - (len(batch.rows) if batch is not None else 0)
+        admitted: list[_Request] = []
+        while pending and len(admitted) < room:
+            request = pending.popleft()
+            if not request.cancelled:
+                admitted.append(request)
+        if not admitted:
+            return batch
+        try:
+            fresh = self._prefill([self._new_row(r) for r in admitted])
+        except Exception as exc:
+            log.exception("engine prefill failed")
+            self._fail(admitted, exc)
+            return batch
+        if batch is None:
+            return fresh
+        try:
+            return _merge(batch, fresh)
+        except Exception as exc:
+            self._fail(admitted, exc)
+            raise
+
+    def _new_row(self, request: _Request) -> _Row:
+        params = request.params
+        generator = None
+        if params.temperature > 0:
+            generator = torch.Generator(device=self.device)
+            if params.seed is None:
+                generator.seed()
+            else:
+                generator.manual_seed(int(params.seed))
+        stops = [s for s in params.stop if s]
+        return _Row(request, generator, self.policy_version, stops)
+
+    def _prefill(self, rows: list[_Row]) -> _Batch:
+        prompts = [row.request.prompt_ids for row in rows]
+        width = max(len(p) for p in prompts)
+        ids = torch.full((len(rows), width), self.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, prompt in enumerate(prompts):
+            ids[i, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
+            mask[i, width - len(prompt) :] = 1
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        cache = DynamicCache(config=self.config)
+        out = self.model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        cache = out.past_key_values
+        reshapeable = all(type(layer) is DynamicLayer for layer in getattr(cache, "layers", [None]))
+        tokens = self._sample_and_emit(rows, out.logits[:, -1, :])
+        return _Batch(rows, cache, mask, mask.sum(-1), tokens, reshapeable)
+
+    def _decode_step(self, batch: _Batch) -> None:
+        ones = torch.ones((len(batch.rows), 1), dtype=batch.mask.dtype, device=self.device)
+        mask = torch.cat([batch.mask, ones], dim=1)
+        out = self.model(
+            input_ids=batch.last_tokens[:, None],
+            attention_mask=mask,
+            position_ids=batch.positions[:, None],
+            past_key_values=batch.cache,
+            use_cache=True,
+        )
+        batch.cache = out.past_key_values
+        batch.mask = mask
+        batch.positions = batch.positions + 1
+        batch.last_tokens = self._sample_and_emit(batch.rows, out.logits[:, -1, :])
+
+    def _sample_and_emit(self, rows: list[_Row], logits: torch.Tensor) -> torch.Tensor:
+        logits = logits.float()
+        logprobs = torch.log_softmax(logits, dim=-1)
+        chosen = logits.argmax(dim=-1)
+        for i, row in enumerate(rows):
+            if row.generator is not None and not row.done:
+                chosen[i] = _sample(logits[i], row.request.params, row.generator)
+        picked = logprobs.gather(1, chosen[:, None]).squeeze(1)
+        for row, token, logprob in zip(rows, chosen.tolist(), picked.tolist(), strict=True):
+            if not row.done:
+                self._emit(row, token, logprob)
+        return chosen
+
+    def _emit(self, row: _Row, token: int, logprob: float) -> None:
+        delta = self._advance(row, token)
+        row.logprobs.append(logprob)
+        row.request.push(GeneratedToken(token, logprob, delta))
+        if row.finish_reason is not None:
+            generation = Generation(list(row.token_ids), list(row.logprobs), row.text, row.finish_reason)
+            row.request.push(GenerationDone(generation, row.policy_version))
+
+    def _advance(self, row: _Row, token: int) -> str:
+        """Record one generated token; return the text it makes safe to show, and set finish_reason."""
+        row.token_ids.append(token)
+        if token in self.eos_token_ids:
+            row.finish_reason = "stop"
+        else:
+            row.text_ids.append(token)
+            row.text = self._decode_text(row.text_ids)
+            cut = _find_stop(row.text, row.stops)
+            if cut is not None:
+                row.text = row.text[:cut]
+                row.finish_reason = "stop"
+            elif len(row.token_ids) >= row.request.params.max_tokens:
+                row.finish_reason = "length"
+        visible = len(row.text) if row.finish_reason else len(row.text) - _holdback(row.text, row.stops)
+        if visible <= len(row.emitted) or not row.text.startswith(row.emitted):
+            return ""
+        delta = row.text[len(row.emitted) : visible]
+        row.emitted += delta
+        return delta
+
+    def _prune(self, batch: _Batch) -> _Batch | None:
+        keep = [i for i, row in enumerate(batch.rows) if not row.done]
+        if not keep:
+            return None
+        if not batch.reshapeable or len(keep) == len(batch.rows):
+            return batch
+        index = torch.tensor(keep, dtype=torch.long, device=self.device)
+        batch.rows = [batch.rows[i] for i in keep]
+        batch.mask = batch.mask[index]
+        batch.positions = batch.positions[index]
+        batch.last_tokens = batch.last_tokens[index]
+        for layer in batch.cache.layers:
+            layer.keys, layer.values = layer.keys[index], layer.values[index]
+        _trim_left(batch)
+        return batch
+
+    def _fail(self, requests: list[_Request], exc: BaseException) -> None:
+        for request in requests:
+            if not request.cancelled:
+                request.push(exc)
+            request.cancelled = True
+
+
+def _merge(running: _Batch, fresh: _Batch) -> _Batch:
+    width = max(running.mask.shape[1], fresh.mask.shape[1])
+    for old, new in zip(running.cache.layers, fresh.cache.layers, strict=True):
+        old.keys = torch.cat([_pad_seq(old.keys, width), _pad_seq(new.keys, width)])
+        old.values = torch.cat([_pad_seq(old.values, width), _pad_seq(new.values, width)])
+    running.mask = torch.cat([_pad_mask(running.mask, width), _pad_mask(fresh.mask, width)])
+    running.positions = torch.cat([running.positions, fresh.positions])
+    running.last_tokens = torch.cat([running.last_tokens, fresh.last_tokens])
+    running.rows = running.rows + fresh.rows
+    return running
+
+
+def _pad_seq(states: torch.Tensor, width: int) -> torch.Tensor:
+    return F.pad(states, (0, 0, width - states.shape[-2], 0))
+
+
+def _pad_mask(mask: torch.Tensor, width: int) -> torch.Tensor:
+    return F.pad(mask, (width - mask.shape[1], 0))
+
+
+def _trim_left(batch: _Batch) -> None:
+    used = batch.mask.any(dim=0).nonzero()
+    start = int(used[0]) if used.numel() else 0
+    if start == 0:
+        return
+    batch.mask = batch.mask[:, start:]
+    for layer in batch.cache.layers:
+        layer.keys, layer.values = layer.keys[..., start:, :], layer.values[..., start:, :]
+
+
+def _sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator) -> torch.Tensor:
+    probs = torch.softmax(logits / params.temperature, dim=-1)
+    if params.top_p >= 1:
+        return _draw(probs, generator)
+    sorted_probs, order = probs.sort(descending=True, stable=True)
+    keep = (sorted_probs.cumsum(0) - sorted_probs) < params.top_p
+    keep[0] = True
+    return order[_draw(sorted_probs * keep, generator)]
+
+
+def _draw(weights: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """Inverse-CDF draw of one index; much faster than torch.multinomial over a large vocabulary on CPU."""
+    cdf = weights.cumsum(0)
+    u = torch.rand(1, generator=generator, device=weights.device, dtype=cdf.dtype) * cdf[-1]
+    return torch.searchsorted(cdf, u, right=True).clamp(max=weights.numel() - 1)[0]
+
+
+def _find_stop(text: str, stops: list[str]) -> int | None:
+    hits = [i for i in (text.find(s) for s in stops) if i >= 0]
+    return min(hits) if hits else None
+
+
+def _holdback(text: str, stops: list[str]) -> int:
+    """How many trailing characters to hold back: an incomplete UTF-8 tail or a possible stop prefix."""
+    held = len(text) - len(text.rstrip(_REPLACEMENT))
+    for stop in stops:
+        for k in range(min(len(stop) - 1, len(text)), held, -1):
+            if text.endswith(stop[:k]):
+                held = k
+                break
+    return held
+
+
+def _flatten_message(message: dict[str, Any]) -> dict[str, Any]:
+    content = message.get("content")
+    if isinstance(content, list):
+        content = "".join(_part_text(part) for part in content)
+    return {**message, "content": "" if content is None else content}
+
+
+def _part_text(part: Any) -> str:
+    if isinstance(part, str):
+        return part
+    if isinstance(part, dict) and part.get("type", "text") == "text":
+        return str(part.get("text") or "")
+    return ""
+
+
+def _as_id_list(rendered: Any) -> list[int]:
+    if hasattr(rendered, "keys") and "input_ids" in rendered:
+        rendered = rendered["input_ids"]
+    if isinstance(rendered, torch.Tensor):
+        rendered = rendered.tolist()
+    if rendered and isinstance(rendered[0], list):
+        rendered = rendered[0]
+    return [int(t) for t in rendered]
+
+
+def _eos_ids(tokenizer: Any, model: Any) -> frozenset[int]:
+    ids: set[int] = set()
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if isinstance(configured, int):
+        ids.add(configured)
+    elif configured:
+        ids.update(int(t) for t in configured)
+    return frozenset(ids)
+
+
+def _pad_id(tokenizer: Any, eos_ids: frozenset[int]) -> int:
+    if tokenizer.pad_token_id is not None:
+        return int(tokenizer.pad_token_id)
+    return min(eos_ids) if eos_ids else 0
+
+
+def _resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    if dtype == "auto":
+        if device.type == "cuda" and torch.cuda.is_bf16_supported():
+            return torch.bfloat16
+        return torch.float32
+    if dtype not in _DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}: expected auto or one of {', '.join(_DTYPES)}")
+    return _DTYPES[dtype]

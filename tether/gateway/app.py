@@ -1,0 +1,557 @@
+"""The gateway: an OpenAI-compatible API that attributes and durably records every model call.
+
+Agents get a base URL that names their rollout (`/rollouts/{id}/v1`) and an API key that is a token
+scoped to that rollout. Each call is routed by model name to an upstream, and becomes one span in the
+store with the exact prompt/response token ids, logprobs and the policy version that produced them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from fastapi import FastAPI, Request
+from pydantic import BaseModel, Field
+from starlette.responses import Response, StreamingResponse
+
+from tether.auth import TokenAuthority, bearer_token
+from tether.gateway.admission import Admission
+from tether.gateway.errors import GatewayError, UpstreamError, forbidden, unauthorized
+from tether.gateway.recorder import SpanRecorder
+from tether.gateway.upstreams import CallKind, CallRecord, HTTPUpstream, HTTPUpstreamConfig, Upstream, sse
+from tether.store.base import NotFound, Store, StoreError
+from tether.store.models import Reward, RolloutStatus, Span
+
+DEFAULT_ROUTE = "*"
+MAX_BODY_BYTES = 8 * 1024 * 1024
+
+
+@dataclass
+class CallContext:
+    rollout_id: str
+    attempt: int | None
+    agent: str | None
+
+
+@dataclass
+class GatewayConfig:
+    routes: dict[str, str] = field(default_factory=lambda: {DEFAULT_ROUTE: "policy"})
+    max_body_bytes: int = MAX_BODY_BYTES
+    hold_limit_s: float = 300.0
+    public_url: str = "http://127.0.0.1:8000"
+
+
+class Gateway:
+    def __init__(self, store: Store, auth: TokenAuthority, config: GatewayConfig | None = None) -> None:
+        self.store = store
+        self.auth = auth
+        self.config = config or GatewayConfig()
+        self.upstreams: dict[str, Upstream] = {}
+        self.recorder = SpanRecorder(store)
+        self._admission: Admission | None = None
+
+    @property
+    def admission(self) -> Admission:
+        # Created lazily so its asyncio events belong to the server's loop.
+        if self._admission is None:
+            self._admission = Admission(self.config.hold_limit_s)
+        return self._admission
+
+    def add_upstream(self, upstream: Upstream) -> None:
+        self.upstreams[upstream.name] = upstream
+
+    def base_url(self, rollout_id: str) -> str:
+        return f"{self.config.public_url.rstrip('/')}/rollouts/{rollout_id}/v1"
+
+    def credentials(self, rollout_id: str) -> dict[str, str]:
+        return {
+            "rollout_id": rollout_id,
+            "base_url": self.base_url(rollout_id),
+            "api_key": self.auth.rollout_token(rollout_id),
+        }
+
+    async def aclose(self) -> None:
+        for upstream in self.upstreams.values():
+            await upstream.aclose()
+        self.recorder.close()
+
+    # -- attribution ----------------------------------------------------------------------------------
+
+    def authorize_call(
+        self, request: Request, path_rollout: str | None, path_attempt: int | None
+    ) -> CallContext:
+        token = _request_token(request)
+        if token is None:
+            raise unauthorized("missing API key: send the rollout token as 'Authorization: Bearer <token>'")
+        rollout_id = self.auth.rollout_of(token)
+        if rollout_id is None:
+            if not self.auth.is_admin(token):
+                raise unauthorized("invalid API key: not a token issued by this Tether server")
+            if path_rollout is None:
+                raise GatewayError(400, "model calls must name a rollout: use the base URL /rollouts/{id}/v1")
+            rollout_id = path_rollout
+        elif path_rollout is not None and path_rollout != rollout_id:
+            raise forbidden(f"this API key belongs to another rollout, not {path_rollout!r}")
+        try:
+            rollout = self.store.get_rollout(rollout_id)
+        except NotFound:
+            raise GatewayError(404, f"unknown rollout {rollout_id!r}", code="rollout_not_found") from None
+        if rollout.status.finished:
+            raise unauthorized(f"API key expired: rollout {rollout_id} is {rollout.status.value}")
+        if rollout.status != RolloutStatus.running:
+            raise GatewayError(
+                409, f"rollout {rollout_id} is {rollout.status.value}, not running", code="conflict"
+            )
+        attempt = path_attempt if path_attempt is not None else rollout.attempt_count
+        if attempt != rollout.attempt_count:
+            raise GatewayError(
+                409,
+                f"attempt {attempt} of rollout {rollout_id} is over (current: {rollout.attempt_count})",
+                code="stale_attempt",
+            )
+        return CallContext(rollout_id, attempt, request.headers.get("x-tether-agent"))
+
+    def route(self, model: Any) -> Upstream:
+        if not isinstance(model, str) or not model:
+            raise GatewayError(400, "'model' must be a non-empty string", param="model")
+        name = self.config.routes.get(model, self.config.routes.get(DEFAULT_ROUTE))
+        if name is None:
+            known = ", ".join(sorted(k for k in self.config.routes if k != DEFAULT_ROUTE))
+            raise GatewayError(
+                404,
+                f"the model {model!r} is not served here (known: {known})",
+                code="model_not_found",
+                param="model",
+            )
+        upstream = self.upstreams.get(name)
+        if upstream is None:
+            raise GatewayError(
+                503,
+                f"model {model!r} routes to upstream {name!r}, which is not registered",
+                type="upstream_error",
+                code="upstream_missing",
+            )
+        return upstream
+
+    async def read_body(self, request: Request) -> dict[str, Any]:
+        declared = request.headers.get("content-length")
+        if declared and declared.isdigit() and int(declared) > self.config.max_body_bytes:
+            raise _too_large(self.config.max_body_bytes)
+        raw = await request.body()
+        if len(raw) > self.config.max_body_bytes:
+            raise _too_large(self.config.max_body_bytes)
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise GatewayError(400, f"the request body is not valid JSON: {exc}") from None
+        if not isinstance(body, dict):
+            raise GatewayError(400, "the request body must be a JSON object")
+        return body
+
+    # -- recording ------------------------------------------------------------------------------------
+
+    def _span(
+        self,
+        ctx: CallContext,
+        kind: CallKind,
+        body: dict[str, Any],
+        upstream: Upstream,
+        started: float,
+        record: CallRecord | None,
+        error: GatewayError | None = None,
+    ) -> Span:
+        ended = time.time()
+        attributes: dict[str, Any] = {
+            "call": kind,
+            "model": body.get("model"),
+            "agent": ctx.agent or body.get("model"),
+            "upstream": upstream.name,
+            "stream": bool(body.get("stream")),
+            "latency_ms": round((ended - started) * 1000, 3),
+            "request": body,
+        }
+        if record is not None:
+            attributes.update(
+                policy_version=record.policy_version,
+                prompt_token_ids=record.prompt_token_ids,
+                choices=[
+                    {
+                        "index": c.index,
+                        "text": c.text,
+                        "finish_reason": c.finish_reason,
+                        "token_ids": c.token_ids,
+                        "logprobs": c.logprobs,
+                    }
+                    for c in record.choices
+                ],
+                usage=record.usage,
+                response=_without_token_details(record.response),
+            )
+        if error is not None:
+            attributes["error"] = error.body()["error"]
+            attributes["policy_version"] = upstream.policy_version
+        # Built without validation: every field comes from the gateway itself, on the hot path.
+        return Span.model_construct(
+            rollout_id=ctx.rollout_id,
+            attempt=ctx.attempt,
+            name=f"llm.{kind}",
+            kind="client",
+            start_time=started,
+            end_time=ended,
+            status="error" if error else "ok",
+            status_message=error.message if error else None,
+            attributes=attributes,
+        )
+
+    async def record(self, span: Span) -> None:
+        try:
+            await self.recorder.record(span)
+        except StoreError as exc:
+            raise GatewayError(
+                503, f"the call could not be recorded: {exc}", type="server_error", code="store_unavailable"
+            ) from exc
+
+    # -- model calls ----------------------------------------------------------------------------------
+
+    async def handle_call(
+        self, request: Request, kind: CallKind, rollout_id: str | None = None, attempt: int | None = None
+    ) -> Response:
+        started = time.time()
+        ctx = self.authorize_call(request, rollout_id, attempt)
+        body = await self.read_body(request)
+        upstream = self.route(body.get("model"))
+        if body.get("stream"):
+            return await self._stream_call(ctx, kind, body, upstream, started)
+        async with self.admission.admit():
+            try:
+                record = await upstream.call(kind, body)
+            except GatewayError as exc:
+                await self._record_failure(ctx, kind, body, upstream, started, exc)
+                raise
+            await self.record(self._span(ctx, kind, body, upstream, started, record))
+        return Response(orjson.dumps(record.response), media_type="application/json")
+
+    async def _record_failure(
+        self,
+        ctx: CallContext,
+        kind: CallKind,
+        body: dict[str, Any],
+        upstream: Upstream,
+        started: float,
+        error: GatewayError,
+    ) -> None:
+        if isinstance(error, UpstreamError) or error.status >= 500:
+            await self.record(self._span(ctx, kind, body, upstream, started, None, error))
+
+    async def _stream_call(
+        self, ctx: CallContext, kind: CallKind, body: dict[str, Any], upstream: Upstream, started: float
+    ) -> Response:
+        await self.admission.acquire()
+        events = upstream.stream(kind, body)
+        try:
+            first = await anext(events)
+        except GatewayError as exc:
+            self.admission.release()
+            await self._record_failure(ctx, kind, body, upstream, started, exc)
+            raise
+        except BaseException:
+            self.admission.release()
+            raise
+        return StreamingResponse(
+            self._relay(ctx, kind, body, upstream, started, first, events),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+
+    async def _relay(
+        self,
+        ctx: CallContext,
+        kind: CallKind,
+        body: dict[str, Any],
+        upstream: Upstream,
+        started: float,
+        first: bytes | CallRecord,
+        events: AsyncIterator[bytes | CallRecord],
+    ) -> AsyncIterator[bytes]:
+        try:
+            item = first
+            while True:
+                if isinstance(item, CallRecord):
+                    # The call is on disk before the agent sees the end of the stream.
+                    await self.record(self._span(ctx, kind, body, upstream, started, item))
+                    yield b"data: [DONE]\n\n"
+                    return
+                yield item
+                item = await anext(events)
+        except GatewayError as exc:
+            try:
+                await self._record_failure(ctx, kind, body, upstream, started, exc)
+            except GatewayError:
+                pass
+            yield sse(exc.body())
+        finally:
+            self.admission.release()
+            await events.aclose()
+
+
+def _without_token_details(response: dict[str, Any]) -> dict[str, Any]:
+    """The response as recorded: token ids and logprobs live once, in the span's `choices`."""
+    slim = {key: value for key, value in response.items() if key != "prompt_token_ids"}
+    slim["choices"] = [
+        {key: value for key, value in choice.items() if key not in ("logprobs", "token_ids")}
+        for choice in response.get("choices") or []
+    ]
+    return slim
+
+
+def _too_large(limit: int) -> GatewayError:
+    return GatewayError(
+        413, f"the request body is larger than the {limit // 1024} KiB limit", code="request_too_large"
+    )
+
+
+def _request_token(request: Request) -> str | None:
+    return bearer_token(request.headers.get("authorization")) or request.headers.get("x-api-key")
+
+
+# -- admin API ----------------------------------------------------------------------------------------
+
+
+class PauseRequest(BaseModel):
+    drain: bool = True
+    timeout_s: float = Field(default=600.0, ge=0)
+
+
+class RoutesUpdate(BaseModel):
+    routes: dict[str, str]
+
+
+class UpstreamRegistration(BaseModel):
+    name: str = Field(min_length=1)
+    base_url: str = Field(min_length=1)
+    api_key: str | None = None
+    model: str | None = None
+    request_token_ids: bool = False
+    request_logprobs: bool = True
+    timeout_s: float = Field(default=600.0, gt=0)
+    max_retries: int = Field(default=3, ge=0, le=10)
+    policy_version: int | None = None
+
+
+class SessionRequest(BaseModel):
+    input: dict[str, Any] = Field(default_factory=dict)
+
+
+def create_gateway_app(gateway: Gateway) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        await gateway.aclose()
+
+    app = FastAPI(
+        lifespan=lifespan,
+        title="Tether gateway",
+        description="OpenAI-compatible gateway that records every model call of a rollout, with token ids.",
+        version="0.1.0",
+    )
+    app.state.gateway = gateway
+
+    @app.exception_handler(GatewayError)
+    async def gateway_error(_: Request, exc: GatewayError) -> Response:
+        return exc.response()
+
+    _add_model_routes(app, gateway)
+    _add_event_routes(app, gateway)
+    _add_admin_routes(app, gateway)
+    _add_store_routes(app, gateway)
+
+    @app.get("/healthz", tags=["meta"])
+    async def healthz() -> dict[str, Any]:
+        return {"ok": True, "upstreams": sorted(gateway.upstreams), "paused": gateway.admission.paused}
+
+    return app
+
+
+def _add_model_routes(app: FastAPI, gateway: Gateway) -> None:
+    prefixes = ["/v1", "/rollouts/{rollout_id}/v1", "/rollouts/{rollout_id}/attempts/{attempt}/v1"]
+    for prefix in prefixes:
+        app.add_api_route(
+            prefix + "/chat/completions",
+            _call_endpoint(gateway, "chat"),
+            methods=["POST"],
+            tags=["openai"],
+            summary="Chat completions (OpenAI-compatible)",
+        )
+        app.add_api_route(
+            prefix + "/completions",
+            _call_endpoint(gateway, "completions"),
+            methods=["POST"],
+            tags=["openai"],
+            summary="Completions (OpenAI-compatible)",
+        )
+        app.add_api_route(
+            prefix + "/models",
+            _models_endpoint(gateway),
+            methods=["GET"],
+            tags=["openai"],
+            summary="Models the route map serves",
+        )
+
+
+def _call_endpoint(gateway: Gateway, kind: CallKind):  # noqa: ANN202
+    async def endpoint(
+        request: Request, rollout_id: str | None = None, attempt: int | None = None
+    ) -> Response:
+        return await gateway.handle_call(request, kind, rollout_id, attempt)
+
+    endpoint.__name__ = f"{kind}_completions"
+    return endpoint
+
+
+def _models_endpoint(gateway: Gateway):  # noqa: ANN202
+    async def models(request: Request, rollout_id: str | None = None) -> dict[str, Any]:
+        token = _request_token(request)
+        if not (gateway.auth.is_admin(token) or gateway.auth.rollout_of(token)):
+            raise unauthorized("missing or invalid API key")
+        names = sorted(
+            {alias for alias in gateway.config.routes if alias != DEFAULT_ROUTE} | set(gateway.upstreams)
+        )
+        return {
+            "object": "list",
+            "data": [{"id": name, "object": "model", "created": 0, "owned_by": "tether"} for name in names],
+        }
+
+    return models
+
+
+def _reward_from_event(body: dict[str, Any]) -> tuple[float, str, str | None]:
+    """Accepts `{"value": 1}`, `{"reward": 1}` and `{"event_type": "reward", "data": {"value": 1}}`."""
+    data = (
+        body.get("data")
+        if body.get("event_type") == "reward" and isinstance(body.get("data"), dict)
+        else body
+    )
+    value = data.get("value", data.get("reward"))
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+        raise GatewayError(400, "a reward event needs a numeric 'value' (or 'reward')", param="value")
+    name = data.get("name", "reward")
+    span_id = data.get("span_id")
+    if not isinstance(name, str) or not name or (span_id is not None and not isinstance(span_id, str)):
+        raise GatewayError(400, "'name' and 'span_id' must be strings", param="name")
+    return float(value), name, span_id
+
+
+def _add_event_routes(app: FastAPI, gateway: Gateway) -> None:
+    async def post_reward(request: Request, rollout_id: str) -> dict[str, Any]:
+        ctx = gateway.authorize_call(request, rollout_id, None)
+        value, name, span_id = _reward_from_event(await gateway.read_body(request))
+        primary = name == "reward" or bool(request.query_params.get("primary"))
+        reward = Reward(
+            rollout_id=ctx.rollout_id,
+            attempt=ctx.attempt,
+            value=value,
+            name=name,
+            span_id=span_id,
+            source="agent",
+            primary=primary,
+        )
+        await asyncio.to_thread(gateway.store.add_rewards, [reward])
+        return {"recorded": True, "rollout_id": ctx.rollout_id, "name": name, "value": value}
+
+    for path in ("/rollouts/{rollout_id}", "/rollouts/{rollout_id}/rewards"):
+        app.add_api_route(
+            path,
+            post_reward,
+            methods=["POST"],
+            tags=["events"],
+            summary="Record a reward for this rollout (the agent's own verdict)",
+        )
+
+
+def _require_admin(gateway: Gateway, request: Request) -> None:
+    token = _request_token(request)
+    if gateway.auth.is_admin(token):
+        return
+    if gateway.auth.rollout_of(token):
+        raise forbidden("this route needs the admin token; a rollout token cannot use it")
+    raise unauthorized("this route needs the admin token ('Authorization: Bearer <admin token>')")
+
+
+def _add_admin_routes(app: FastAPI, gateway: Gateway) -> None:
+    @app.post("/admin/pause", tags=["admin"])
+    async def pause(request: Request, body: PauseRequest | None = None) -> dict[str, Any]:
+        _require_admin(gateway, request)
+        body = body or PauseRequest()
+        gateway.admission.pause()
+        drained = await gateway.admission.drain(body.timeout_s) if body.drain else False
+        return {"paused": True, "drained": drained, "in_flight": gateway.admission.in_flight}
+
+    @app.post("/admin/resume", tags=["admin"])
+    async def resume(request: Request) -> dict[str, Any]:
+        _require_admin(gateway, request)
+        gateway.admission.resume()
+        return {"paused": False}
+
+    @app.get("/admin/status", tags=["admin"])
+    async def status(request: Request) -> dict[str, Any]:
+        _require_admin(gateway, request)
+        return {
+            "paused": gateway.admission.paused,
+            "in_flight": gateway.admission.in_flight,
+            "waiting": gateway.admission.waiting,
+            "routes": gateway.config.routes,
+            "upstreams": {
+                name: {"policy_version": u.policy_version} for name, u in gateway.upstreams.items()
+            },
+            "recorded_calls": gateway.recorder.recorded,
+            "commits": gateway.recorder.batches,
+        }
+
+    @app.post("/admin/upstreams", tags=["admin"])
+    async def register_upstream(request: Request, body: UpstreamRegistration) -> dict[str, Any]:
+        _require_admin(gateway, request)
+        old = gateway.upstreams.get(body.name)
+        gateway.add_upstream(HTTPUpstream(HTTPUpstreamConfig(**body.model_dump())))
+        if old is not None:
+            await old.aclose()
+        return {"registered": body.name}
+
+    @app.put("/admin/routes", tags=["admin"])
+    async def set_routes(request: Request, body: RoutesUpdate) -> dict[str, Any]:
+        _require_admin(gateway, request)
+        missing = sorted(set(body.routes.values()) - set(gateway.upstreams))
+        if missing:
+            raise GatewayError(
+                400, f"routes name unregistered upstreams: {', '.join(missing)}", param="routes"
+            )
+        gateway.config.routes = dict(body.routes)
+        return {"routes": gateway.config.routes}
+
+    @app.post("/admin/sessions", tags=["admin"])
+    async def open_session(request: Request, body: SessionRequest | None = None) -> dict[str, str]:
+        _require_admin(gateway, request)
+        claim = gateway.store.start_session((body or SessionRequest()).input)
+        return gateway.credentials(claim.rollout.id)
+
+    @app.get("/admin/rollouts/{rollout_id}/credentials", tags=["admin"])
+    async def credentials(request: Request, rollout_id: str) -> dict[str, str]:
+        _require_admin(gateway, request)
+        try:
+            gateway.store.get_rollout(rollout_id)
+        except NotFound:
+            raise GatewayError(404, f"unknown rollout {rollout_id!r}", code="rollout_not_found") from None
+        return gateway.credentials(rollout_id)
+
+
+def _add_store_routes(app: FastAPI, gateway: Gateway) -> None:
+    try:
+        from tether.store.server import create_store_router, install_store_error_handlers
+    except ImportError:  # pragma: no cover - the store API is part of the package
+        return
+    app.include_router(create_store_router(gateway.store, gateway.auth))
+    install_store_error_handlers(app)

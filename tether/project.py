@@ -1,0 +1,45 @@
+"""Where a project keeps its state: `.tether/` in the project directory."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from tether.auth import TokenAuthority
+
+
+@dataclass(frozen=True)
+class Project:
+    root: Path
+
+    @classmethod
+    def at(cls, directory: str | Path | None = None) -> Project:
+        return cls(Path(directory or os.environ.get("TETHER_PROJECT_DIR") or ".").resolve())
+
+    @property
+    def state_dir(self) -> Path:
+        return self.root / ".tether"
+
+    @property
+    def store_path(self) -> Path:
+        return self.state_dir / "store.db"
+
+    @property
+    def secret_path(self) -> Path:
+        return self.state_dir / "secret"
+
+    @property
+    def admin_token_path(self) -> Path:
+        return self.state_dir / "admin_token"
+
+    def authority(self) -> TokenAuthority:
+        return TokenAuthority.load_or_create(self.secret_path)
+
+    def write_admin_token(self, authority: TokenAuthority) -> Path:
+        path = self.admin_token_path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(authority.admin_token + "\n")
+        return path

@@ -1,0 +1,38 @@
+"""The store: tasks, rollouts, attempts, spans, rewards and versioned resources."""
+
+from tether.store.base import InvalidTransition, NotFound, Store, StoreAuthError, StoreError
+from tether.store.client import StoreClient
+from tether.store.models import (
+    Attempt,
+    Claim,
+    Resource,
+    Reward,
+    Rollout,
+    RolloutRequest,
+    RolloutStatus,
+    Span,
+    SpanEvent,
+    Task,
+)
+from tether.store.sqlite import SQLiteStore, open_store
+
+__all__ = [
+    "Attempt",
+    "Claim",
+    "InvalidTransition",
+    "NotFound",
+    "Resource",
+    "Reward",
+    "Rollout",
+    "RolloutRequest",
+    "RolloutStatus",
+    "SQLiteStore",
+    "Span",
+    "SpanEvent",
+    "Store",
+    "StoreAuthError",
+    "StoreClient",
+    "StoreError",
+    "Task",
+    "open_store",
+]

@@ -1,0 +1,118 @@
+"""The interface every store offers: the local SQLite store and the HTTP client alike."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from tether.store.models import (
+    Attempt,
+    Claim,
+    Resource,
+    Reward,
+    Rollout,
+    RolloutRequest,
+    RolloutStatus,
+    Span,
+)
+
+
+class StoreError(Exception):
+    """Base class of store errors."""
+
+
+class NotFound(StoreError):
+    def __init__(self, what: str, key: str) -> None:
+        super().__init__(f"{what} {key!r} not found")
+        self.what = what
+        self.key = key
+
+
+class InvalidTransition(StoreError):
+    """A status change that the rollout's current state does not allow (e.g. from a finished state)."""
+
+
+class StoreAuthError(StoreError):
+    """The store server refused the token: missing, invalid or expired (401), or out of its scope (403)."""
+
+    def __init__(self, message: str, status: int = 401) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class Store(Protocol):
+    # rollouts
+    def enqueue(self, requests: Sequence[RolloutRequest]) -> list[Rollout]: ...
+
+    def claim(self, worker_id: str) -> Claim | None:
+        """Atomically take the oldest queued rollout, open a new attempt on it, mark it running."""
+        ...
+
+    def heartbeat(self, rollout_id: str, attempt: int) -> None: ...
+
+    def update_status(
+        self,
+        rollout_id: str,
+        status: RolloutStatus,
+        *,
+        output: str | None = None,
+        error: str | None = None,
+        attempt: int | None = None,
+    ) -> Rollout:
+        """Move a rollout (and its current attempt) to a new status.
+
+        A failed or timed-out attempt with attempts left sends the rollout back to the queue.
+        """
+        ...
+
+    def start_session(self, input: dict[str, Any] | None = None, worker_id: str = "session") -> Claim:
+        """Open a rollout that is already running (for agents run by hand, outside the runner)."""
+        ...
+
+    def get_rollout(self, rollout_id: str) -> Rollout: ...
+
+    def list_rollouts(
+        self,
+        *,
+        status: RolloutStatus | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        limit: int = 100,
+    ) -> list[Rollout]: ...
+
+    def list_attempts(self, rollout_id: str) -> list[Attempt]: ...
+
+    def wait_for(self, rollout_ids: Sequence[str], timeout: float | None = None) -> list[Rollout]:
+        """Block until every given rollout is finished, or the timeout passes; returns the finished ones."""
+        ...
+
+    def requeue_stale(self, heartbeat_timeout: float) -> list[str]:
+        """Send running rollouts whose attempt stopped heartbeating back to the queue (or fail them)."""
+        ...
+
+    # spans and rewards
+    def add_spans(self, spans: Sequence[Span]) -> None: ...
+
+    def query_spans(
+        self,
+        *,
+        rollout_id: str | None = None,
+        attempt: int | None = None,
+        name: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        limit: int = 1000,
+    ) -> list[Span]: ...
+
+    def add_rewards(self, rewards: Sequence[Reward]) -> None: ...
+
+    def query_rewards(self, rollout_id: str) -> list[Reward]: ...
+
+    # resources
+    def put_resource(self, name: str, kind: str, value: Any) -> Resource: ...
+
+    def get_resource(self, name: str, version: int | None = None) -> Resource: ...
+
+    def list_resources(self) -> list[Resource]: ...
+
+    def close(self) -> None: ...

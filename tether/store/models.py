@@ -1,0 +1,146 @@
+"""The store's data model: tasks, rollouts, attempts, spans, rewards and versioned resources.
+
+These are pydantic models because they cross process boundaries (the HTTP store API, the gateway,
+agents posting rewards). Times are UNIX seconds as floats.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:16]}"
+
+
+def now() -> float:
+    return time.time()
+
+
+class RolloutStatus(StrEnum):
+    queued = "queued"
+    running = "running"
+    succeeded = "succeeded"
+    failed = "failed"
+    timed_out = "timed_out"
+    cancelled = "cancelled"
+
+    @property
+    def finished(self) -> bool:
+        return self in FINISHED_STATUSES
+
+
+FINISHED_STATUSES = frozenset(
+    {RolloutStatus.succeeded, RolloutStatus.failed, RolloutStatus.timed_out, RolloutStatus.cancelled}
+)
+
+
+class Task(BaseModel):
+    """One input the agent is run on. `input` is whatever the agent needs (a question, a repo, ...)."""
+
+    id: str = Field(default_factory=lambda: new_id("task"))
+    input: dict[str, Any] = Field(default_factory=dict)
+    dataset: str | None = None
+
+
+class RolloutRequest(BaseModel):
+    """What `enqueue` takes: a task plus how to run it."""
+
+    task: Task
+    mode: str = "train"
+    group_id: str | None = None
+    max_attempts: int = Field(default=1, ge=1)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class Rollout(BaseModel):
+    id: str
+    task_id: str
+    input: dict[str, Any]
+    mode: str = "train"
+    group_id: str | None = None
+    status: RolloutStatus = RolloutStatus.queued
+    max_attempts: int = 1
+    attempt_count: int = 0
+    created_at: float
+    started_at: float | None = None
+    ended_at: float | None = None
+    output: str | None = None
+    error: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class Attempt(BaseModel):
+    rollout_id: str
+    number: int
+    worker_id: str
+    status: RolloutStatus = RolloutStatus.running
+    started_at: float
+    heartbeat_at: float
+    ended_at: float | None = None
+    error: str | None = None
+
+
+class Claim(BaseModel):
+    """A rollout handed to a worker, with the attempt just opened for it."""
+
+    rollout: Rollout
+    attempt: Attempt
+
+
+class SpanEvent(BaseModel):
+    name: str
+    time: float
+    attributes: dict[str, Any] = Field(default_factory=dict)
+
+
+class Span(BaseModel):
+    """An OpenTelemetry-shaped span, attributed to a rollout (and attempt, when known)."""
+
+    rollout_id: str
+    attempt: int | None = None
+    trace_id: str = Field(default_factory=lambda: uuid.uuid4().hex)
+    span_id: str = Field(default_factory=lambda: uuid.uuid4().hex[:16])
+    parent_id: str | None = None
+    name: str
+    kind: str = "internal"
+    start_time: float
+    end_time: float | None = None
+    status: str = "ok"
+    status_message: str | None = None
+    attributes: dict[str, Any] = Field(default_factory=dict)
+    events: list[SpanEvent] = Field(default_factory=list)
+    seq: int | None = None  # assigned by the store: insertion order within the store
+
+
+class Reward(BaseModel):
+    rollout_id: str
+    value: float
+    name: str = "reward"
+    attempt: int | None = None
+    span_id: str | None = None
+    source: str = "agent"
+    time: float = Field(default_factory=now)
+    primary: bool = True
+
+
+class Resource(BaseModel):
+    """A named, versioned value: a prompt template, a model endpoint, ..."""
+
+    name: str
+    kind: str
+    version: int
+    value: Any
+    created_at: float
+
+
+class StatusUpdate(BaseModel):
+    status: RolloutStatus
+    output: str | None = None
+    error: str | None = None
+    attempt: int | None = None
