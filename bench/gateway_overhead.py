@@ -32,16 +32,28 @@ BODY = {"model": "policy", "messages": [{"role": "user", "content": "hello " * 5
 def fake_upstream_main(port: int) -> None:
     from aiohttp import web
 
-    response = orjson.dumps({
-        "id": "x", "object": "chat.completion", "created": 0, "model": "m",
-        "prompt_token_ids": PROMPT_IDS,
-        "choices": [{
-            "index": 0, "finish_reason": "length", "token_ids": RESPONSE_IDS,
-            "message": {"role": "assistant", "content": "word " * 128},
-            "logprobs": {"content": [{"token": "word", "logprob": -0.5, "bytes": None, "top_logprobs": []}] * 128},
-        }],
-        "usage": {"prompt_tokens": 512, "completion_tokens": 128, "total_tokens": 640},
-    })
+    response = orjson.dumps(
+        {
+            "id": "x",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "m",
+            "prompt_token_ids": PROMPT_IDS,
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "length",
+                    "token_ids": RESPONSE_IDS,
+                    "message": {"role": "assistant", "content": "word " * 128},
+                    "logprobs": {
+                        "content": [{"token": "word", "logprob": -0.5, "bytes": None, "top_logprobs": []}]
+                        * 128
+                    },
+                }
+            ],
+            "usage": {"prompt_tokens": 512, "completion_tokens": 128, "total_tokens": 640},
+        }
+    )
 
     async def chat(request: web.Request) -> web.Response:
         await request.read()
@@ -120,18 +132,25 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--clients", type=int, default=16)
     args = parser.parse_args()
     up_port, gw_port = free_port(), free_port()
     project = tempfile.mkdtemp(prefix="tether-bench-")
     here = [sys.executable, "-c"]
-    upstream = subprocess.Popen([*here, f"from bench.gateway_overhead import *; fake_upstream_main({up_port})"])
-    gateway = subprocess.Popen([
-        *here, f"from bench.gateway_overhead import *; gateway_main({gw_port}, "
-        f"'http://127.0.0.1:{up_port}/v1', {project!r})"
-    ])
+    upstream = subprocess.Popen(
+        [*here, f"from bench.gateway_overhead import *; fake_upstream_main({up_port})"]
+    )
+    gateway = subprocess.Popen(
+        [
+            *here,
+            f"from bench.gateway_overhead import *; gateway_main({gw_port}, "
+            f"'http://127.0.0.1:{up_port}/v1', {project!r})",
+        ]
+    )
     try:
         wait_port(up_port)
         wait_port(gw_port)
@@ -151,13 +170,15 @@ def main() -> None:
             process.terminate()
             process.wait(timeout=30)
     (_, d50, d99, dtp), (_, g50, g99, gtp) = rows
-    print(f"| | direct | through gateway | ratio |\n|---|---|---|---|")
+    print("| | direct | through gateway | ratio |\n|---|---|---|---|")
     print(f"| p50 latency, 1 client (ms) | {d50:.2f} | {g50:.2f} | {g50 / d50:.2f}x (+{g50 - d50:.2f} ms) |")
     print(f"| p99 latency, 1 client (ms) | {d99:.2f} | {g99:.2f} | {g99 / d99:.2f}x |")
     print(f"| throughput, {args.clients} clients (req/s) | {dtp:.0f} | {gtp:.0f} | {gtp / dtp:.2f}x |")
     recorded = args.calls + args.calls // 4
-    print(f"\ngateway RSS {rss_before:.0f} MiB before, {rss_after:.0f} MiB after {recorded} more recorded calls "
-          f"({(rss_after - rss_before) * 1024 / recorded:.2f} KiB per call)")
+    print(
+        f"\ngateway RSS {rss_before:.0f} MiB before, {rss_after:.0f} MiB after {recorded} recorded calls "
+        f"({(rss_after - rss_before) * 1024 / recorded:.2f} KiB per call)"
+    )
     print(f"cpu cores: {os.cpu_count()}")
 
 

@@ -1,7 +1,7 @@
 """A plain agent that knows nothing about Tether: it reads the standard OpenAI environment variables.
 
-    export OPENAI_BASE_URL=... OPENAI_API_KEY=...   # printed by `tether serve`
-    python examples/hello_agent.py "What is 2 + 3?"
+export OPENAI_BASE_URL=... OPENAI_API_KEY=...   # printed by `tether serve`
+python examples/hello_agent.py "What is 2 + 3?"
 """
 
 import sys

@@ -148,8 +148,10 @@ def test_serve_smollm2_answers_and_records(tmp_path: Path) -> None:
     with tether_serve(tmp_path, "--model", "smollm2-135m") as served:
         llm = openai.OpenAI(base_url=served.base_url, api_key=served.api_key, max_retries=0, timeout=300)
         reply = llm.chat.completions.create(
-            model="policy", messages=[{"role": "user", "content": "What is 2 + 3? Answer with a number."}],
-            max_tokens=16, temperature=0,
+            model="policy",
+            messages=[{"role": "user", "content": "What is 2 + 3? Answer with a number."}],
+            max_tokens=16,
+            temperature=0,
         )
         text = reply.choices[0].message.content
         assert text and text.strip()

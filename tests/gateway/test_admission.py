@@ -7,7 +7,7 @@ import threading
 import httpx
 import openai
 
-from tests.gateway.conftest import GatewayRig, make_rig
+from tests.rigs import GatewayRig, make_rig
 
 CHAT = {"model": "policy", "messages": [{"role": "user", "content": "hi"}]}
 

@@ -6,7 +6,7 @@ import httpx
 import openai
 import pytest
 
-from tests.gateway.conftest import GatewayRig
+from tests.rigs import GatewayRig
 from tether.store import RolloutStatus
 
 CHAT = {"model": "policy", "messages": [{"role": "user", "content": "hi"}]}

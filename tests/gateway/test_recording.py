@@ -6,8 +6,8 @@ import httpx
 import openai
 import pytest
 
-from tests.gateway.conftest import GatewayRig, make_rig
 from tests.gateway.fake_upstream import LOGPROBS, PROMPT_IDS, TOKEN_IDS, WORDS
+from tests.rigs import GatewayRig, make_rig
 
 MESSAGES = [{"role": "user", "content": "What is six times seven?"}]
 

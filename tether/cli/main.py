@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from tether import __version__
-from tether.cli import serve, store_cmd
+from tether.cli import rollout_cmd, serve, store_cmd, transitions_cmd
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -20,7 +20,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"tether {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     serve.add_parser(commands)
+    rollout_cmd.add_parser(commands)
     store_cmd.add_parser(commands)
+    transitions_cmd.add_parser(commands)
     return parser
 
 

@@ -5,18 +5,15 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import sys
-import time
 from pathlib import Path
 
 import uvicorn
 from rich.console import Console
 
+from tether.cli.common import add_policy_args, policy_upstream
 from tether.gateway import (
-    EngineUpstream,
     Gateway,
     GatewayConfig,
-    HTTPUpstream,
-    HTTPUpstreamConfig,
     create_gateway_app,
 )
 from tether.gateway.server import listen, url_of
@@ -39,23 +36,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    parser.add_argument(
-        "--model",
-        default="smollm2-135m",
-        help="policy model for the built-in engine: smollm2-135m, tiny-random, or a local HF folder",
-    )
-    parser.add_argument(
-        "--upstream",
-        metavar="URL",
-        help="forward calls to this OpenAI-compatible base URL instead of the built-in engine",
-    )
-    parser.add_argument("--upstream-key", metavar="KEY", help="API key for --upstream")
-    parser.add_argument("--upstream-model", metavar="NAME", help="model name to send to --upstream")
-    parser.add_argument(
-        "--upstream-token-ids",
-        action="store_true",
-        help="ask --upstream for token ids (vLLM's return_token_ids)",
-    )
+    add_policy_args(parser)
     parser.add_argument(
         "--route",
         action="append",
@@ -68,7 +49,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--project-dir", default=None, help="project directory holding .tether/ (default: cwd)"
     )
-    parser.add_argument("--max-batch-size", type=int, default=8, help="built-in engine: requests per batch")
     parser.add_argument("--no-session", action="store_true", help="do not open an ad-hoc session rollout")
     parser.add_argument("--log-level", default="warning", help="uvicorn log level")
     parser.set_defaults(run=run)
@@ -93,34 +73,6 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-def _policy_upstream(args: argparse.Namespace) -> EngineUpstream | HTTPUpstream:
-    if args.upstream:
-        return HTTPUpstream(
-            HTTPUpstreamConfig(
-                name="policy",
-                base_url=args.upstream,
-                api_key=args.upstream_key,
-                model=args.upstream_model,
-                request_token_ids=args.upstream_token_ids,
-            )
-        )
-    try:
-        from tether.engines import TransformersEngine
-    except ImportError as exc:
-        raise SystemExit(
-            f"tether serve: the built-in engine needs torch and transformers ({exc}). "
-            "Install them with: pip install torch==2.13.0 && pip install -e '.[engine]'"
-        ) from exc
-    started = time.monotonic()
-    with console.status(f"loading model {args.model} ..."):
-        try:
-            engine = TransformersEngine(args.model, max_batch_size=args.max_batch_size)
-        except (ValueError, FileNotFoundError, RuntimeError) as exc:
-            raise SystemExit(f"tether serve: cannot load model {args.model!r}: {exc}") from exc
-    console.print(f"[green]model[/] {args.model} loaded in {time.monotonic() - started:.1f}s")
-    return EngineUpstream(engine, name="policy")
-
-
 def run(args: argparse.Namespace) -> int:
     project = Project.at(args.project_dir)
     routes = parse_routes(args.route)
@@ -133,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     authority = project.authority()
     token_path = project.write_admin_token(authority)
     gateway = Gateway(store, authority, GatewayConfig(routes=routes))
-    gateway.add_upstream(_policy_upstream(args))
+    gateway.add_upstream(policy_upstream(args, console))
     app = create_gateway_app(gateway)
     try:
         sock = listen(args.host, args.port)

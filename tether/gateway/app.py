@@ -26,6 +26,8 @@ from tether.gateway.recorder import SpanRecorder
 from tether.gateway.upstreams import CallKind, CallRecord, HTTPUpstream, HTTPUpstreamConfig, Upstream, sse
 from tether.store.base import NotFound, Store, StoreError
 from tether.store.models import Reward, RolloutStatus, Span
+from tether.store.server import create_store_router, install_store_error_handlers
+from tether.tracing.otlp import create_otlp_router
 
 DEFAULT_ROUTE = "*"
 MAX_BODY_BYTES = 8 * 1024 * 1024
@@ -549,9 +551,6 @@ def _add_admin_routes(app: FastAPI, gateway: Gateway) -> None:
 
 
 def _add_store_routes(app: FastAPI, gateway: Gateway) -> None:
-    try:
-        from tether.store.server import create_store_router, install_store_error_handlers
-    except ImportError:  # pragma: no cover - the store API is part of the package
-        return
     app.include_router(create_store_router(gateway.store, gateway.auth))
+    app.include_router(create_otlp_router(gateway.store, gateway.auth))
     install_store_error_handlers(app)

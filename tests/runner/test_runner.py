@@ -1,0 +1,186 @@
+"""The runner with real subprocess agents, a real gateway and the tiny engine."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from pathlib import Path
+
+from tests.rigs import GatewayRig
+from tether.runner import (
+    AgentEndpoints,
+    AIRRules,
+    CallableAgent,
+    CommandAgent,
+    Runner,
+    RunnerConfig,
+)
+from tether.store import RolloutRequest, RolloutStatus, Task
+
+AGENTS = Path(__file__).parent / "agents"
+PYTHON = sys.executable
+
+
+def running(pid: int) -> bool:
+    """True while the process runs; a killed child nobody has reaped yet (a zombie) counts as dead."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+def alive(pid: int) -> bool:
+    """Whether the process is still running after SIGKILL has had a moment to land."""
+    for _ in range(100):
+        if not running(pid):
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def exact_match(task: dict, output: str | None, trace: list) -> dict[str, float]:
+    return {"correct": float(output == task["say"]), "calls": float(len(trace))}
+
+
+def make_runner(rig: GatewayRig, agent, evaluator=None, **config) -> Runner:  # noqa: ANN001
+    options = {"n_workers": 2, "timeout_s": 60, **config}
+    return Runner(rig.store, agent, AgentEndpoints(rig.url, rig.auth), evaluator, RunnerConfig(**options))
+
+
+def run(runner: Runner, requests: list[RolloutRequest]):  # noqa: ANN201
+    async def main():  # noqa: ANN202
+        try:
+            return await runner.run(requests)
+        finally:
+            await runner.stop()
+
+    return asyncio.run(main())
+
+
+def requests_for(*inputs: dict, max_attempts: int = 1) -> list[RolloutRequest]:
+    return [RolloutRequest(task=Task(input=i), max_attempts=max_attempts) for i in inputs]
+
+
+def test_unmodified_openai_agent_with_evaluator(engine_rig: GatewayRig) -> None:
+    agent = CommandAgent(f"{PYTHON} {AGENTS / 'qa_agent.py'}")
+    runner = make_runner(engine_rig, agent, exact_match, primary_reward="correct")
+    tasks = requests_for(*({"question": f"What is {i}+{i}?", "say": str(2 * i)} for i in range(4)))
+    outcomes = run(runner, tasks)
+    assert [o.status for o in outcomes] == [RolloutStatus.succeeded] * 4
+    for outcome, task in zip(outcomes, tasks, strict=True):
+        rollout = engine_rig.store.get_rollout(outcome.rollout_id)
+        assert rollout.output == task.task.input["say"]
+        assert outcome.calls == 2 and outcome.reward == 1.0
+        rewards = {r.name: r for r in engine_rig.store.query_rewards(outcome.rollout_id)}
+        assert rewards["correct"].primary and rewards["correct"].source == "evaluator"
+        assert not rewards["calls"].primary and rewards["calls"].value == 2.0
+        spans = engine_rig.store.query_spans(rollout_id=outcome.rollout_id)
+        assert [s.attempt for s in spans] == [1, 1]
+        assert all(s.attributes["choices"][0]["token_ids"] for s in spans)
+
+
+def test_placeholders_fill_arguments(engine_rig: GatewayRig, tmp_path: Path) -> None:
+    script = tmp_path / "echo_agent.py"
+    script.write_text("import sys\nprint(repr(sys.argv[1:]))\n")
+    agent = CommandAgent(f"{PYTHON} {script} --q {{question}} --n {{n}}")
+    (outcome,) = run(make_runner(engine_rig, agent), requests_for({"question": "a b 'c'", "n": 3}))
+    rollout = engine_rig.store.get_rollout(outcome.rollout_id)
+    assert rollout.output == repr(["--q", "a b 'c'", "--n", "3"])
+
+
+def test_missing_placeholder_fails_with_reason(engine_rig: GatewayRig) -> None:
+    agent = CommandAgent(f"{PYTHON} -c pass {{nope}}")
+    (outcome,) = run(make_runner(engine_rig, agent), requests_for({"question": "q"}))
+    assert outcome.status == RolloutStatus.failed
+    assert "{nope}" in (outcome.error or "")
+
+
+def test_crash_is_retried_then_failed_and_calls_are_kept(engine_rig: GatewayRig) -> None:
+    agent = CommandAgent(f"{PYTHON} {AGENTS / 'misbehaving_agent.py'} crash_after_call")
+    (outcome,) = run(make_runner(engine_rig, agent), requests_for({}, max_attempts=2))
+    assert outcome.status == RolloutStatus.failed and outcome.attempts == 2
+    assert "exited with code 3" in (outcome.error or "") and "something broke" in (outcome.error or "")
+    attempts = engine_rig.store.list_attempts(outcome.rollout_id)
+    assert [a.status for a in attempts] == [RolloutStatus.failed, RolloutStatus.failed]
+    spans = engine_rig.store.query_spans(rollout_id=outcome.rollout_id)
+    assert sorted(s.attempt for s in spans) == [1, 2]
+
+
+def test_hanging_agent_times_out_and_its_process_group_is_killed(
+    engine_rig: GatewayRig, tmp_path: Path
+) -> None:
+    pid_file = tmp_path / "child.pid"
+    agent = CommandAgent(f"{PYTHON} {AGENTS / 'misbehaving_agent.py'} hang {pid_file}")
+    (outcome,) = run(make_runner(engine_rig, agent, timeout_s=4), requests_for({}))
+    assert outcome.status == RolloutStatus.timed_out
+    assert "timed out" in (outcome.error or "")
+    assert not alive(int(pid_file.read_text()))
+
+
+def test_agent_reports_its_own_reward(engine_rig: GatewayRig) -> None:
+    agent = CommandAgent(f"{PYTHON} {AGENTS / 'misbehaving_agent.py'} self_reward")
+    (outcome,) = run(make_runner(engine_rig, agent), requests_for({}))
+    assert outcome.status == RolloutStatus.succeeded and outcome.reward == 0.75
+    (reward,) = [r for r in engine_rig.store.query_rewards(outcome.rollout_id) if r.source == "agent"]
+    assert reward.value == 0.75 and reward.primary
+
+
+def test_foreign_key_fails_the_rollout_with_the_reason(engine_rig: GatewayRig) -> None:
+    agent = CommandAgent(f"{PYTHON} {AGENTS / 'misbehaving_agent.py'} foreign_token")
+    (outcome,) = run(make_runner(engine_rig, agent), requests_for({}))
+    assert outcome.status == RolloutStatus.failed
+    assert "AuthenticationError" in (outcome.error or "")
+    assert engine_rig.store.query_spans(rollout_id=outcome.rollout_id) == []
+
+
+def test_garbage_output_is_bounded(engine_rig: GatewayRig) -> None:
+    agent = CommandAgent(f"{PYTHON} {AGENTS / 'misbehaving_agent.py'} garbage")
+    (outcome,) = run(make_runner(engine_rig, agent), requests_for({}))
+    rollout = engine_rig.store.get_rollout(outcome.rollout_id)
+    assert outcome.status == RolloutStatus.succeeded
+    assert rollout.output is not None and "garbage" in rollout.output
+
+
+def test_truncated_calls_get_an_automatic_step_reward(engine_rig: GatewayRig) -> None:
+    agent = CommandAgent(f"{PYTHON} {AGENTS / 'qa_agent.py'}")
+    runner = make_runner(engine_rig, agent, exact_match, air=AIRRules(truncated=-0.5))
+    (outcome,) = run(runner, requests_for({"question": "Tell me a long story.", "say": "x", "max_tokens": 1}))
+    air = [r for r in engine_rig.store.query_rewards(outcome.rollout_id) if r.source == "air"]
+    spans = {s.span_id for s in engine_rig.store.query_spans(rollout_id=outcome.rollout_id)}
+    assert air and all(r.name == "air:truncated" and r.value == -0.5 and r.span_id in spans for r in air)
+
+
+def test_python_callable_agent(engine_rig: GatewayRig) -> None:
+    import openai
+
+    async def agent(task: dict, llm) -> str:  # noqa: ANN001
+        client = openai.AsyncOpenAI(base_url=llm.base_url, api_key=llm.api_key, max_retries=0)
+        reply = await client.chat.completions.create(
+            model=llm.model, messages=[{"role": "user", "content": task["question"]}], max_tokens=3
+        )
+        return reply.choices[0].message.content or ""
+
+    outcomes = run(
+        make_runner(engine_rig, CallableAgent(agent)), requests_for({"question": "hi"}, {"question": "yo"})
+    )
+    assert all(o.status == RolloutStatus.succeeded and o.calls == 1 for o in outcomes)
+
+
+def test_interrupt_cancels_running_rollouts_cleanly(engine_rig: GatewayRig, tmp_path: Path) -> None:
+    agent = CommandAgent(f"{PYTHON} {AGENTS / 'misbehaving_agent.py'} hang {tmp_path / 'pid'}")
+    runner = make_runner(engine_rig, agent, n_workers=1)
+
+    async def main() -> str:
+        runner.start()
+        (rollout,) = await runner.enqueue(requests_for({}))
+        while not (tmp_path / "pid").exists():
+            await asyncio.sleep(0.05)
+        await runner.stop()
+        return rollout.id
+
+    rollout_id = asyncio.run(main())
+    rollout = engine_rig.store.get_rollout(rollout_id)
+    assert rollout.status == RolloutStatus.cancelled and rollout.error == "interrupted"
+    assert not alive(int((tmp_path / "pid").read_text()))

@@ -1,0 +1,342 @@
+"""Turn a rollout's recorded model calls into transitions: token ids, logprobs, loss masks and rewards.
+
+Only token ids recorded by the gateway are used; text is never re-tokenized, because a re-tokenization is
+not what the policy saw or sampled.
+
+Which calls: the LLM-call spans (names starting with `llm.`) of a rollout, in store insertion order, of its
+last attempt (`attempts="all"` keeps every attempt; a call span with no attempt number counts as the last
+attempt's). With `agents`, a call whose `agent` attribute is not selected is skipped.
+
+Final reward: the last reward (by time, then insertion order) that is primary, not linked to a span, of the
+transition's attempt (or of no attempt), and named `reward_name` when given. Without one the reward is 0.0
+and the rollout counts in `rollouts_without_reward`. A reward linked to a span is a step reward and never a
+final reward, whatever its `primary` flag.
+
+Step rewards: a reward linked to an LLM-call span goes to that call; one linked to another span (a tool span)
+goes to the last successful LLM call of the same attempt that started before that span started. The
+transition holding the call sums them. Unlinked non-primary rewards are not used, and a step reward whose
+call is skipped (another agent, no token ids) is dropped with it. `reward_name` filters only the final
+reward.
+
+Merging (`merge=True`): consecutive selected calls of one attempt and one agent become one transition while
+the next call's prompt starts with exactly the sequence so far (prompt + every response token). The extra
+prompt tokens (tool output, the next user turn, chat-template tokens) join the response with loss mask 0
+and logprob 0.0. A failed call does not break a chain (the agent usually retries the same prompt); any
+other call that cannot extend it does, counted in `merge_breaks` by reason. A merged transition's
+`policy_version` is the lowest version among its calls (the most off-policy one), ignoring unknown ones.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from tether.adapters.transitions import Transition
+from tether.store.base import Store
+from tether.store.models import Reward, Rollout, Span
+
+LLM_SPAN_PREFIX = "llm."
+ALL_ROWS = 1_000_000_000
+
+Attempts = Literal["last", "all"]
+
+
+@dataclass
+class TransitionReport:
+    """What `build_transitions` made, and why some calls did not become (or extend) transitions."""
+
+    transitions: list[Transition] = field(default_factory=list)
+    rollouts: int = 0
+    calls: int = 0
+    merged: int = 0
+    merge_breaks: Counter[str] = field(default_factory=Counter)
+    skipped: Counter[str] = field(default_factory=Counter)
+    rollouts_without_reward: int = 0
+
+    @property
+    def trained_tokens(self) -> int:
+        return sum(t.trained_tokens for t in self.transitions)
+
+    def summary(self) -> str:
+        parts = [
+            f"{len(self.transitions)} transitions ({self.trained_tokens} trained tokens) "
+            f"from {self.calls} LLM calls in {self.rollouts} rollouts; {self.merged} calls merged"
+        ]
+        if self.merge_breaks:
+            parts.append(f"merge chains broken: {_counts(self.merge_breaks)}")
+        if self.skipped:
+            parts.append(f"calls skipped: {_counts(self.skipped)}")
+        if self.rollouts_without_reward:
+            parts.append(f"{self.rollouts_without_reward} rollouts had no final reward (given 0.0)")
+        return "; ".join(parts) + "."
+
+
+def _counts(counter: Counter[str]) -> str:
+    return ", ".join(f"{reason} {count}" for reason, count in counter.most_common())
+
+
+@dataclass
+class _Call:
+    span: Span
+    index: int
+    attempt: int | None
+    agent: str | None
+    policy_version: int | None
+    prompt_ids: list[int]
+    response_ids: list[int]
+    logprobs: list[float]
+
+
+@dataclass
+class _Chain:
+    first: _Call
+    response_ids: list[int]
+    logprobs: list[float]
+    loss_mask: list[int]
+    span_ids: list[str]
+    versions: list[int]
+
+    @classmethod
+    def start(cls, call: _Call) -> _Chain:
+        return cls(
+            first=call,
+            response_ids=list(call.response_ids),
+            logprobs=list(call.logprobs),
+            loss_mask=[1] * len(call.response_ids),
+            span_ids=[call.span.span_id],
+            versions=[] if call.policy_version is None else [call.policy_version],
+        )
+
+    def sequence_length(self) -> int:
+        return len(self.first.prompt_ids) + len(self.response_ids)
+
+    def break_reason(self, call: _Call) -> str | None:
+        if call.agent != self.first.agent:
+            return "agent_changed"
+        if call.attempt != self.first.attempt:
+            return "attempt_changed"
+        if call.prompt_ids[: self.sequence_length()] != self.first.prompt_ids + self.response_ids:
+            return "prefix_mismatch"
+        return None
+
+    def extend(self, call: _Call) -> None:
+        observation = call.prompt_ids[self.sequence_length() :]
+        self.response_ids += observation + call.response_ids
+        self.logprobs += [0.0] * len(observation) + call.logprobs
+        self.loss_mask += [0] * len(observation) + [1] * len(call.response_ids)
+        self.span_ids.append(call.span.span_id)
+        if call.policy_version is not None:
+            self.versions.append(call.policy_version)
+
+    def transition(self, rollout: Rollout, reward: float, step_rewards: dict[str, float]) -> Transition:
+        return Transition(
+            rollout_id=rollout.id,
+            task_id=rollout.task_id,
+            group_id=rollout.group_id,
+            attempt=self.first.attempt,
+            call_index=self.first.index,
+            agent=self.first.agent,
+            policy_version=min(self.versions) if self.versions else None,
+            prompt_ids=list(self.first.prompt_ids),
+            response_ids=self.response_ids,
+            response_logprobs=self.logprobs,
+            loss_mask=self.loss_mask,
+            reward=reward,
+            step_reward=sum(step_rewards.get(span_id, 0.0) for span_id in self.span_ids),
+            span_ids=self.span_ids,
+            mode=rollout.mode,
+        )
+
+
+def build_transitions(
+    store: Store,
+    rollouts: Iterable[Rollout | str],
+    *,
+    merge: bool = False,
+    agents: Collection[str] | None = None,
+    reward_name: str | None = None,
+    attempts: Attempts = "last",
+    choice: int = 0,
+) -> TransitionReport:
+    """Build transitions from the recorded calls of rollouts (objects or ids); see the module docstring."""
+    if attempts not in ("last", "all"):
+        raise ValueError(f"attempts must be 'last' or 'all', not {attempts!r}")
+    selected = None if agents is None else frozenset(agents)
+    report = TransitionReport()
+    for item in rollouts:
+        rollout = store.get_rollout(item) if isinstance(item, str) else item
+        _build_rollout(
+            store,
+            rollout,
+            report,
+            merge=merge,
+            agents=selected,
+            reward_name=reward_name,
+            attempts=attempts,
+            choice=choice,
+        )
+    return report
+
+
+def _build_rollout(
+    store: Store,
+    rollout: Rollout,
+    report: TransitionReport,
+    *,
+    merge: bool,
+    agents: frozenset[str] | None,
+    reward_name: str | None,
+    attempts: Attempts,
+    choice: int,
+) -> None:
+    report.rollouts += 1
+    spans = store.query_spans(rollout_id=rollout.id, limit=ALL_ROWS)
+    rewards = store.query_rewards(rollout.id)
+    calls = [span for span in spans if span.name.startswith(LLM_SPAN_PREFIX)]
+    last = _last_attempt(rollout, calls)
+    by_attempt = _group_by_attempt(calls, last)
+    step_rewards = _step_rewards(rewards, spans, calls, last)
+    kept = sorted({*by_attempt, last}, key=_attempt_order) if attempts == "all" else [last]
+    for attempt, attempt_calls in by_attempt.items():
+        if attempt not in kept:
+            report.calls += len(attempt_calls)
+            report.skipped["earlier_attempt"] += len(attempt_calls)
+    finals = {attempt: _final_reward(rewards, attempt, reward_name) for attempt in kept}
+    if any(final is None for final in finals.values()):
+        report.rollouts_without_reward += 1
+    ordered = [(attempt, by_attempt.get(attempt, [])) for attempt in kept]
+    for chain in _chains(ordered, report, merge=merge, agents=agents, choice=choice):
+        reward = finals[chain.first.attempt]
+        report.transitions.append(chain.transition(rollout, 0.0 if reward is None else reward, step_rewards))
+
+
+def _attempt_order(attempt: int | None) -> int:
+    return -1 if attempt is None else attempt
+
+
+def _last_attempt(rollout: Rollout, calls: Sequence[Span]) -> int | None:
+    if rollout.attempt_count:
+        return rollout.attempt_count
+    numbers = [span.attempt for span in calls if span.attempt is not None]
+    return max(numbers) if numbers else None
+
+
+def _group_by_attempt(calls: Sequence[Span], last: int | None) -> dict[int | None, list[Span]]:
+    groups: dict[int | None, list[Span]] = defaultdict(list)
+    for span in calls:
+        groups[_attempt_of(span, last)].append(span)
+    return groups
+
+
+def _attempt_of(span: Span, last: int | None) -> int | None:
+    return last if span.attempt is None else span.attempt
+
+
+def _chains(
+    attempts: Sequence[tuple[int | None, Sequence[Span]]],
+    report: TransitionReport,
+    *,
+    merge: bool,
+    agents: frozenset[str] | None,
+    choice: int,
+) -> list[_Chain]:
+    chains: list[_Chain] = []
+    open_chain: _Chain | None = None
+    for attempt, spans in attempts:
+        for index, span in enumerate(spans):
+            report.calls += 1
+            call = _read_call(span, index, attempt, agents, choice)
+            if isinstance(call, str):
+                report.skipped[call] += 1
+                if call != "failed_call" and open_chain is not None:
+                    report.merge_breaks["agent_changed" if call == "agent_not_selected" else call] += 1
+                    open_chain = None
+                continue
+            if open_chain is not None:
+                reason = open_chain.break_reason(call)
+                if reason is None:
+                    open_chain.extend(call)
+                    report.merged += 1
+                    continue
+                report.merge_breaks[reason] += 1
+            chain = _Chain.start(call)
+            chains.append(chain)
+            open_chain = chain if merge else None
+    return chains
+
+
+def _read_call(
+    span: Span, index: int, attempt: int | None, agents: frozenset[str] | None, choice: int
+) -> _Call | str:
+    """The call's ids and logprobs, or why it cannot become a transition."""
+    attrs: dict[str, Any] = span.attributes
+    if span.status == "error" or "error" in attrs:
+        return "failed_call"
+    agent = attrs.get("agent")
+    if agents is not None and agent not in agents:
+        return "agent_not_selected"
+    picked = next((c for c in attrs.get("choices") or [] if c.get("index") == choice), None)
+    if picked is None:
+        return "no_choices"
+    prompt_ids, response_ids = attrs.get("prompt_token_ids"), picked.get("token_ids")
+    if prompt_ids is None or response_ids is None:
+        return "missing_token_ids"
+    logprobs = picked.get("logprobs")
+    if logprobs is None:
+        return "missing_logprobs"
+    if len(logprobs) != len(response_ids):
+        return "logprobs_length_mismatch"
+    return _Call(
+        span=span,
+        index=index,
+        attempt=attempt,
+        agent=agent,
+        policy_version=attrs.get("policy_version"),
+        prompt_ids=[int(t) for t in prompt_ids],
+        response_ids=[int(t) for t in response_ids],
+        logprobs=[float(x) for x in logprobs],
+    )
+
+
+def _final_reward(rewards: Sequence[Reward], attempt: int | None, name: str | None) -> float | None:
+    candidates = [
+        (reward.time, position, reward.value)
+        for position, reward in enumerate(rewards)
+        if reward.primary
+        and reward.span_id is None
+        and (name is None or reward.name == name)
+        and (reward.attempt is None or reward.attempt == attempt)
+    ]
+    return max(candidates)[2] if candidates else None
+
+
+def _step_rewards(
+    rewards: Sequence[Reward], spans: Sequence[Span], calls: Sequence[Span], last: int | None
+) -> dict[str, float]:
+    """Step reward per LLM-call span id."""
+    by_id = {span.span_id: span for span in spans}
+    call_ids = {span.span_id for span in calls}
+    totals: dict[str, float] = defaultdict(float)
+    for reward in rewards:
+        target = by_id.get(reward.span_id) if reward.span_id is not None else None
+        if target is None:
+            continue
+        owner = target if target.span_id in call_ids else _owner_call(target, calls, last)
+        if owner is not None:
+            totals[owner.span_id] += reward.value
+    return totals
+
+
+def _owner_call(span: Span, calls: Sequence[Span], last: int | None) -> Span | None:
+    """The last successful LLM call of the span's attempt that started before the span did."""
+    attempt = _attempt_of(span, last)
+    earlier = [
+        call
+        for call in calls
+        if call.status != "error"
+        and _attempt_of(call, last) == attempt
+        and call.start_time <= span.start_time
+    ]
+    return max(earlier, key=lambda call: (call.start_time, call.seq or 0), default=None)

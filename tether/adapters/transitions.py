@@ -1,0 +1,47 @@
+"""A transition: one single-turn training sample built from a rollout's recorded model calls."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class Transition:
+    """Prompt and response token ids exactly as the policy saw and produced them.
+
+    `response_ids`, `response_logprobs` and `loss_mask` have the same length. When consecutive calls are
+    merged into one sequence, the tokens between two responses (tool output, the next user turn) are part
+    of the response with loss mask 0 and logprob 0.0: they are context, not actions.
+    """
+
+    rollout_id: str
+    task_id: str
+    group_id: str | None
+    attempt: int | None
+    call_index: int
+    agent: str | None
+    policy_version: int | None
+    prompt_ids: list[int]
+    response_ids: list[int]
+    response_logprobs: list[float]
+    loss_mask: list[int]
+    reward: float = 0.0
+    step_reward: float = 0.0
+    span_ids: list[str] = field(default_factory=list)
+    mode: str = "train"
+
+    @property
+    def merged_calls(self) -> int:
+        return len(self.span_ids)
+
+    @property
+    def trained_tokens(self) -> int:
+        return sum(self.loss_mask)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Transition:
+        return cls(**data)

@@ -1,0 +1,193 @@
+"""`tether rollout`: run an unmodified agent over a task file, recording every model call."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+from collections.abc import Sequence
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from tether.cli.common import add_policy_args, policy_upstream
+from tether.gateway import Gateway, create_gateway_app
+from tether.gateway.server import BackgroundServer
+from tether.project import Project
+from tether.runner import (
+    AgentEndpoints,
+    AIRRules,
+    CommandAgent,
+    RewardError,
+    Runner,
+    RunnerConfig,
+    TaskFileError,
+    load_callable,
+    load_tasks,
+    summarize,
+)
+from tether.store import RolloutRequest, SQLiteStore, Task
+
+console = Console(stderr=True)
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "rollout",
+        help="run an agent over a task file and record every model call",
+        description=(
+            "Run an unmodified agent once per task (times --group-size) with N concurrent workers. The agent "
+            "gets OPENAI_BASE_URL / OPENAI_API_KEY pointing at a recording gateway, and TETHER_TASK (the "
+            "task as JSON). Task fields also fill {placeholders} in the command. Its last stdout line is its "
+            "final output, which --reward scores."
+        ),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    add_runner_args(parser)
+    add_policy_args(parser)
+    parser.add_argument("--group-size", type=int, default=1, help="rollouts per task (a GRPO group)")
+    parser.add_argument("--mode", default="train", help="label stored on the rollouts (train, val, ...)")
+    parser.add_argument(
+        "--project-dir", default=None, help="project directory holding .tether/ (default: cwd)"
+    )
+    parser.set_defaults(run=run)
+
+
+def add_runner_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--agent",
+        required=True,
+        metavar="COMMAND",
+        help='the agent command, e.g. "python my_agent.py --q {question}"',
+    )
+    parser.add_argument("--tasks", required=True, metavar="FILE", help="task file: JSON lines, one task each")
+    parser.add_argument(
+        "--reward",
+        metavar="MODULE:FUNCTION",
+        help="evaluator (task, output, trace) -> float or dict; a file.py:function works too",
+    )
+    parser.add_argument("--primary-reward", metavar="NAME", help="which named reward of a dict is the reward")
+    parser.add_argument("--n-workers", type=int, default=4, help="agents running at once")
+    parser.add_argument("--max-attempts", type=int, default=1, help="attempts per rollout (crash, timeout)")
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds per attempt")
+    parser.add_argument(
+        "--no-air",
+        action="store_true",
+        help="no automatic intermediate rewards (tool errors, truncation, bad JSON)",
+    )
+
+
+def runner_config(args: argparse.Namespace) -> RunnerConfig:
+    if args.n_workers < 1 or args.max_attempts < 1 or args.timeout <= 0:
+        raise SystemExit("--n-workers and --max-attempts must be at least 1, --timeout positive")
+    return RunnerConfig(
+        n_workers=args.n_workers,
+        timeout_s=args.timeout,
+        primary_reward=args.primary_reward,
+        air=AIRRules.off() if args.no_air else AIRRules(),
+    )
+
+
+def load_inputs(args: argparse.Namespace) -> tuple[list[Task], object | None, CommandAgent]:
+    """Everything that can be wrong with the user's files is found here, before anything runs."""
+    try:
+        tasks = load_tasks(args.tasks)
+        evaluator = load_callable(args.reward) if args.reward else None
+        agent = CommandAgent(args.agent)
+        for task in tasks:
+            agent.argv(task.input)
+    except (TaskFileError, RewardError, ValueError) as exc:
+        raise SystemExit(f"tether: {exc}") from None
+    return tasks, evaluator, agent
+
+
+def requests_for(
+    tasks: Sequence[Task], group_size: int, mode: str, max_attempts: int
+) -> list[RolloutRequest]:
+    return [
+        RolloutRequest(task=task, mode=mode, group_id=f"{task.id}@{mode}", max_attempts=max_attempts)
+        for task in tasks
+        for _ in range(group_size)
+    ]
+
+
+def progress_bar() -> Progress:
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[detail]}"),
+        TimeElapsedColumn(),
+        console=console,
+    )
+
+
+def track(progress: Progress, label: str, total: int):  # noqa: ANN201
+    """An `on_update` hook for the runner that moves a progress bar."""
+    bar = progress.add_task(label, total=total, detail="")
+
+    def on_update(runner: Runner) -> None:
+        stats = runner.stats
+        mean = f"{stats.mean_reward:.3f}" if stats.mean_reward is not None else "-"
+        progress.update(
+            bar,
+            completed=stats.succeeded + stats.failed,
+            detail=f"ok {stats.succeeded} failed {stats.failed} running {stats.running} reward {mean}",
+        )
+
+    return on_update
+
+
+def print_summary(outcomes: list, seconds: float) -> None:  # noqa: ANN001
+    summary = summarize(outcomes)
+    table = Table(title="rollouts", show_header=False)
+    mean = summary["mean_reward"]
+    rows = [
+        ("rollouts", str(summary["rollouts"])),
+        ("succeeded", f"{summary['succeeded']} ({summary['success_rate']:.0%})"),
+        ("failed / timed out", str(summary["failed"])),
+        ("mean reward", "-" if mean is None else f"{mean:.4f}"),
+        ("model calls per rollout", f"{summary['calls_per_rollout']:.2f}"),
+        ("completion tokens", str(summary["completion_tokens"])),
+        ("wall time", f"{seconds:.1f}s ({summary['rollouts'] / max(seconds, 1e-9):.2f} rollouts/s)"),
+    ]
+    for key, value in rows:
+        table.add_row(key, value)
+    Console().print(table)
+    errors = sorted({o.error for o in outcomes if o.error})
+    for error in errors[:5]:
+        console.print(f"[red]error:[/] {error}")
+
+
+def run(args: argparse.Namespace) -> int:
+    tasks, evaluator, agent = load_inputs(args)
+    config = runner_config(args)
+    requests = requests_for(tasks, args.group_size, args.mode, args.max_attempts)
+    project = Project.at(args.project_dir)
+    store = SQLiteStore(project.store_path)
+    gateway = Gateway(store, project.authority())
+    gateway.add_upstream(policy_upstream(args, console))
+    started = time.monotonic()
+    with BackgroundServer(create_gateway_app(gateway)) as url:
+        gateway.config.public_url = url
+        with progress_bar() as progress:
+            runner = Runner(
+                store,
+                agent,
+                AgentEndpoints(url, gateway.auth),
+                evaluator,
+                config,
+                on_update=track(progress, "rollouts", len(requests)),
+            )
+            outcomes = asyncio.run(_run(runner, requests))
+    print_summary(outcomes, time.monotonic() - started)
+    store.close()
+    return 0 if any(o.status.value == "succeeded" for o in outcomes) else 1
+
+
+async def _run(runner: Runner, requests: list[RolloutRequest]) -> list:
+    try:
+        return await runner.run(requests)
+    finally:
+        await runner.stop()

@@ -1,0 +1,162 @@
+"""`tether transitions export`: turn recorded rollouts into training transitions (JSONL or a HF dataset)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from tether.adapters import build_transitions, to_hf_dataset, write_jsonl
+from tether.adapters.build import ALL_ROWS, TransitionReport
+from tether.cli.store_cmd import open_from_args
+from tether.project import Project
+from tether.store import RolloutStatus, Store, StoreError
+from tether.store.models import FINISHED_STATUSES, Rollout
+
+PROG = "tether transitions"
+FINISHED = sorted(status.value for status in FINISHED_STATUSES)
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "transitions",
+        help="export recorded model calls as training transitions",
+        description="Turn the model calls recorded in the project's store into training transitions.",
+    )
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    export = actions.add_parser(
+        "export",
+        help="write transitions to a JSONL file or a Hugging Face dataset",
+        description=(
+            "Build one transition per recorded model call (or one per merged multi-turn sequence with "
+            "--merge) from the exact token ids and logprobs the gateway recorded, with each rollout's "
+            "final reward, and write them out. Calls without token ids (hosted APIs) are skipped, never "
+            "re-tokenized. Prints what was built, merged and skipped, by reason."
+        ),
+    )
+    export.add_argument(
+        "--out",
+        required=True,
+        type=Path,
+        metavar="PATH",
+        help="output: a .jsonl file, or a folder for --format hf",
+    )
+    export.add_argument(
+        "--format",
+        choices=["jsonl", "hf"],
+        default="jsonl",
+        help="jsonl (default): one JSON transition per line; hf: a `datasets` dataset (save_to_disk)",
+    )
+    export.add_argument(
+        "--merge",
+        action="store_true",
+        help="merge consecutive calls of one agent whose prompt extends the previous sequence exactly "
+        "(observation tokens get loss mask 0)",
+    )
+    export.add_argument(
+        "--agent",
+        dest="agents",
+        action="extend",
+        nargs="+",
+        metavar="NAME",
+        default=None,
+        help="only train these agents (the X-Tether-Agent header, or the model alias); others are skipped "
+        "(default: all agents)",
+    )
+    export.add_argument(
+        "--status",
+        dest="statuses",
+        action="extend",
+        nargs="+",
+        choices=[status.value for status in RolloutStatus],
+        metavar="STATUS",
+        default=None,
+        help=f"only rollouts with these statuses (default: the finished ones: {', '.join(FINISHED)})",
+    )
+    export.add_argument("--mode", default=None, help="only rollouts of this mode, e.g. train (default: any)")
+    export.add_argument(
+        "--reward-name",
+        default=None,
+        metavar="NAME",
+        help="use the last primary reward with this name as the final reward (default: any name)",
+    )
+    export.add_argument(
+        "--attempts",
+        choices=["last", "all"],
+        default="last",
+        help="which attempts of a retried rollout to export (default: last)",
+    )
+    export.add_argument(
+        "--choice",
+        type=int,
+        default=0,
+        metavar="N",
+        help="which choice of an n>1 call to export (default: 0)",
+    )
+    export.add_argument(
+        "--project-dir", default=None, metavar="DIR", help="project directory holding .tether/ (default: cwd)"
+    )
+    export.add_argument(
+        "--db", default=None, metavar="PATH", help="path of a store database (default: .tether/store.db)"
+    )
+    # open_from_args also serves `tether store --url`; this command reads a SQLite file only.
+    export.set_defaults(run=export_transitions, url=None, token=None)
+
+
+def open_store(args: argparse.Namespace) -> Store:
+    path = Path(args.db) if args.db else Project.at(args.project_dir).store_path
+    if not path.is_file():
+        hint = "check --db" if args.db else "run `tether serve` first, or pass --db"
+        raise SystemExit(f"{PROG}: no store database at {path} ({hint})")
+    try:
+        return open_from_args(args)
+    except StoreError as exc:
+        raise SystemExit(f"{PROG}: {exc}") from None
+
+
+def select_rollouts(store: Store, statuses: list[str] | None, mode: str | None) -> list[Rollout]:
+    wanted = set(statuses) if statuses else set(FINISHED)
+    return [
+        rollout
+        for rollout in store.list_rollouts(limit=ALL_ROWS)
+        if rollout.status.value in wanted and (mode is None or rollout.mode == mode)
+    ]
+
+
+def export_transitions(args: argparse.Namespace) -> int:
+    store = open_store(args)
+    try:
+        rollouts = select_rollouts(store, args.statuses, args.mode)
+        report = build_transitions(
+            store,
+            rollouts,
+            merge=args.merge,
+            agents=args.agents,
+            reward_name=args.reward_name,
+            attempts=args.attempts,
+            choice=args.choice,
+        )
+    except StoreError as exc:
+        raise SystemExit(f"{PROG}: {exc}") from None
+    finally:
+        store.close()
+    try:
+        write(report, args.out, args.format)
+    except OSError as exc:
+        raise SystemExit(f"{PROG}: cannot write {args.out}: {exc}") from None
+    print(f"wrote {len(report.transitions)} transitions to {args.out} ({args.format})")
+    print(report.summary())
+    if not report.transitions:
+        print(f"{PROG}: no transitions were built; see the skipped reasons above", file=sys.stderr)
+    return 0
+
+
+def write(report: TransitionReport, out: Path, fmt: str) -> None:
+    if fmt == "hf":
+        try:
+            dataset = to_hf_dataset(report.transitions)
+        except ImportError as exc:
+            raise SystemExit(f"{PROG}: {exc}") from None
+        dataset.save_to_disk(str(out))
+        return
+    write_jsonl(report.transitions, out)

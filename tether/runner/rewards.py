@@ -1,0 +1,160 @@
+"""Rewards the runner computes: an evaluator's verdict, and automatic intermediate rewards (AIR).
+
+An evaluator is any function `(task, output, trace) -> float | dict[str, float]`, named as
+`module:function` or `path/to/file.py:function`. AIR rules turn system signals in the trace (a tool
+call that errored, a model call cut off by the length limit, output that should be JSON and is not)
+into step rewards linked to the span they came from.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from tether.store.models import Reward, Span
+
+Evaluator = Callable[[dict[str, Any], str | None, list[Span]], Any]
+
+
+class RewardError(ValueError):
+    """An evaluator that cannot be loaded, or that returned something that is not a reward."""
+
+
+def load_callable(spec: str) -> Callable[..., Any]:
+    module_name, sep, attribute = spec.rpartition(":")
+    if not sep or not module_name or not attribute:
+        raise RewardError(f"expected 'module:function' or 'file.py:function', got {spec!r}")
+    if module_name.endswith(".py"):
+        path = Path(module_name)
+        if not path.exists():
+            raise RewardError(f"no such file: {path}")
+        module_spec = importlib.util.spec_from_file_location(path.stem, path)
+        assert module_spec is not None and module_spec.loader is not None
+        module = importlib.util.module_from_spec(module_spec)
+        module_spec.loader.exec_module(module)
+    else:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise RewardError(f"cannot import {module_name!r}: {exc}") from None
+    function = getattr(module, attribute, None)
+    if not callable(function):
+        raise RewardError(f"{module_name!r} has no function {attribute!r}")
+    return function
+
+
+def _call_evaluator(evaluator: Evaluator, task: dict[str, Any], output: str | None, trace: list[Span]) -> Any:
+    parameters = inspect.signature(evaluator).parameters
+    if len(parameters) >= 3 or any(p.kind == p.VAR_POSITIONAL for p in parameters.values()):
+        return evaluator(task, output, trace)
+    return evaluator(task, output)
+
+
+def evaluate(
+    evaluator: Evaluator,
+    rollout_id: str,
+    attempt: int,
+    task: dict[str, Any],
+    output: str | None,
+    trace: list[Span],
+    primary: str | None = None,
+) -> list[Reward]:
+    """Run the evaluator and turn its verdict into rewards; exactly one of them is primary."""
+    verdict = _call_evaluator(evaluator, task, output, trace)
+    if isinstance(verdict, bool) or isinstance(verdict, int | float):
+        values = {primary or "reward": float(verdict)}
+    elif isinstance(verdict, dict) and verdict:
+        values = {str(k): v for k, v in verdict.items()}
+    else:
+        raise RewardError(f"the evaluator returned {verdict!r}; expected a number or a dict of named numbers")
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise RewardError(f"the evaluator's reward {name!r} is {value!r}, not a finite number")
+    chosen = primary if primary is not None else ("reward" if "reward" in values else next(iter(values)))
+    if chosen not in values:
+        raise RewardError(f"the primary reward {chosen!r} is not among the evaluator's {sorted(values)}")
+    return [
+        Reward(
+            rollout_id=rollout_id,
+            attempt=attempt,
+            name=name,
+            value=float(value),
+            source="evaluator",
+            primary=name == chosen,
+        )
+        for name, value in values.items()
+    ]
+
+
+@dataclass
+class AIRRules:
+    """Step rewards from system signals; a rule set to None is off."""
+
+    tool_error: float | None = -0.2
+    truncated: float | None = -0.1
+    unparsable_json: float | None = -0.2
+
+    @classmethod
+    def off(cls) -> AIRRules:
+        return cls(None, None, None)
+
+
+def _is_tool_span(span: Span) -> bool:
+    attrs = span.attributes
+    return (
+        span.name.startswith("tool")
+        or "tool.name" in attrs
+        or attrs.get("openinference.span.kind") == "TOOL"
+        or attrs.get("gen_ai.operation.name") == "execute_tool"
+    )
+
+
+def _wants_json(request: dict[str, Any]) -> bool:
+    response_format = request.get("response_format") or {}
+    return isinstance(response_format, dict) and response_format.get("type") in ("json_object", "json_schema")
+
+
+def _parses(text: str) -> bool:
+    try:
+        orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return False
+    return True
+
+
+def air_rewards(spans: Sequence[Span], rules: AIRRules, rollout_id: str, attempt: int) -> list[Reward]:
+    rewards = []
+
+    def add(name: str, value: float, span: Span) -> None:
+        rewards.append(
+            Reward(
+                rollout_id=rollout_id,
+                attempt=attempt,
+                name=f"air:{name}",
+                value=value,
+                span_id=span.span_id,
+                source="air",
+                primary=False,
+            )
+        )
+
+    for span in spans:
+        if span.name.startswith("llm."):
+            choices = span.attributes.get("choices") or []
+            if rules.truncated is not None and any(c.get("finish_reason") == "length" for c in choices):
+                add("truncated", rules.truncated, span)
+            request = span.attributes.get("request") or {}
+            if rules.unparsable_json is not None and _wants_json(request):
+                if any(not _parses(c.get("text") or "") for c in choices):
+                    add("unparsable_json", rules.unparsable_json, span)
+        elif rules.tool_error is not None and _is_tool_span(span) and span.status == "error":
+            add("tool_error", rules.tool_error, span)
+    return rewards
