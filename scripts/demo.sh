@@ -1,25 +1,18 @@
 #!/usr/bin/env bash
-# The main job, for now: serve SmolLM2-135M through the recording gateway, run a plain openai-client
-# agent against it, and show what the store recorded (token ids, logprobs, policy version).
+# The main job: train an unmodified OpenAI-client agent (examples/calc_agent) on this CPU with RL, and
+# print its held-out accuracy before and after. The agent only ever sees OPENAI_BASE_URL/OPENAI_API_KEY.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 project=demo-project
+steps="${TETHER_DEMO_STEPS:-12}"
 mkdir -p "$project"
-log="$project/serve.log"
-
-tether serve --model "${TETHER_DEMO_MODEL:-smollm2-135m}" --port 0 --project-dir "$project" >"$log" 2>&1 &
-server=$!
-trap 'kill $server 2>/dev/null || true; wait $server 2>/dev/null || true' EXIT
-
-echo "starting tether serve (the first run converts the model once, ~1 minute) ..."
-for _ in $(seq 1 600); do
-  grep -q '^ready$' "$log" && break
-  kill -0 $server 2>/dev/null || { cat "$log"; echo "tether serve exited" >&2; exit 1; }
-  sleep 0.5
-done
-grep -q '^ready$' "$log" || { cat "$log"; echo "tether serve did not become ready" >&2; exit 1; }
-cat "$log"
-
-eval "$(grep '^export ' "$log")"
-python examples/hello_agent.py "What is 12 plus 30? Answer with a number."
-tether store --project-dir "$project" show latest
+python examples/calc_agent/tasks.py --out-dir "$project/data" --train 200 --val 32 --seed 0
+tether train \
+  --project-dir "$project" \
+  --agent "python examples/calc_agent/agent.py" \
+  --tasks "$project/data/train.jsonl" \
+  --val-tasks "$project/data/val.jsonl" \
+  --reward examples/calc_agent/reward.py:correct \
+  --model "${TETHER_DEMO_MODEL:-smollm2-135m}" \
+  --algorithm grpo --group-size 8 --tasks-per-step 3 --steps "$steps" --val-every 4 \
+  --run-name "demo-$(date +%Y%m%d-%H%M%S)" "$@"

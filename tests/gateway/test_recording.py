@@ -146,3 +146,21 @@ def test_gateway_serves_store_api_with_admin_token(rig: GatewayRig) -> None:
     headers = {"Authorization": f"Bearer {rig.auth.admin_token}"}
     spans = httpx.get(f"{rig.url}/store/spans", params={"rollout_id": rollout_id}, headers=headers).json()
     assert len(spans) == 1 and spans[0]["attributes"]["choices"][0]["token_ids"] == TOKEN_IDS
+
+
+def test_run_imposed_sampling_overrides_reach_the_upstream(rig: GatewayRig) -> None:
+    from tether.store import RolloutRequest, Task
+
+    request = RolloutRequest(
+        task=Task(input={}), mode="val", metadata={"sampling_overrides": {"temperature": 0.0}}
+    )
+    rollout_id = rig.store.enqueue([request])[0].id
+    rig.store.claim("worker")
+    creds = rig.gateway.credentials(rollout_id)
+    client(creds["base_url"], creds["api_key"]).chat.completions.create(
+        model="policy", messages=MESSAGES, temperature=1.5
+    )
+    assert rig.behaviour.requests[-1]["temperature"] == 0.0
+    span = only_span(rig, rollout_id)
+    assert span.attributes["overrides"] == {"temperature": 0.0}
+    assert span.attributes["request"]["temperature"] == 0.0

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from tether import __version__
-from tether.cli import rollout_cmd, serve, store_cmd, transitions_cmd
+from tether.cli import plot_cmd, rollout_cmd, serve, store_cmd, train_cmd, transitions_cmd
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -21,6 +21,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     serve.add_parser(commands)
     rollout_cmd.add_parser(commands)
+    train_cmd.add_parser(commands)
+    plot_cmd.add_parser(commands)
     store_cmd.add_parser(commands)
     transitions_cmd.add_parser(commands)
     return parser

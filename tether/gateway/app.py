@@ -25,12 +25,15 @@ from tether.gateway.errors import GatewayError, UpstreamError, forbidden, unauth
 from tether.gateway.recorder import SpanRecorder
 from tether.gateway.upstreams import CallKind, CallRecord, HTTPUpstream, HTTPUpstreamConfig, Upstream, sse
 from tether.store.base import NotFound, Store, StoreError
-from tether.store.models import Reward, RolloutStatus, Span
+from tether.store.models import Reward, Rollout, RolloutStatus, Span
 from tether.store.server import create_store_router, install_store_error_handlers
 from tether.tracing.otlp import create_otlp_router
 
 DEFAULT_ROUTE = "*"
+SAMPLING_OVERRIDES = "sampling_overrides"  # rollout metadata key
 MAX_BODY_BYTES = 8 * 1024 * 1024
+ROLLOUT_CACHE_S = 1.0
+ROLLOUT_CACHE_SIZE = 4096
 
 
 @dataclass
@@ -38,6 +41,8 @@ class CallContext:
     rollout_id: str
     attempt: int | None
     agent: str | None
+    # Sampling parameters the run imposes on this rollout's calls (e.g. temperature 0 for validation).
+    overrides: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -56,6 +61,7 @@ class Gateway:
         self.upstreams: dict[str, Upstream] = {}
         self.recorder = SpanRecorder(store)
         self._admission: Admission | None = None
+        self._rollouts: dict[str, tuple[int, float, Rollout]] = {}
 
     @property
     def admission(self) -> Admission:
@@ -100,7 +106,7 @@ class Gateway:
         elif path_rollout is not None and path_rollout != rollout_id:
             raise forbidden(f"this API key belongs to another rollout, not {path_rollout!r}")
         try:
-            rollout = self.store.get_rollout(rollout_id)
+            rollout = self._rollout(rollout_id)
         except NotFound:
             raise GatewayError(404, f"unknown rollout {rollout_id!r}", code="rollout_not_found") from None
         if rollout.status.finished:
@@ -116,7 +122,23 @@ class Gateway:
                 f"attempt {attempt} of rollout {rollout_id} is over (current: {rollout.attempt_count})",
                 code="stale_attempt",
             )
-        return CallContext(rollout_id, attempt, request.headers.get("x-tether-agent"))
+        overrides = rollout.metadata.get(SAMPLING_OVERRIDES) or {}
+        return CallContext(rollout_id, attempt, request.headers.get("x-tether-agent"), dict(overrides))
+
+    def _rollout(self, rollout_id: str) -> Rollout:
+        """The rollout, from a small cache that is valid while no rollout changed in this process's store
+        (and for at most a second, to see changes made by other processes sharing the file)."""
+        version = getattr(self.store, "rollouts_changed", None)
+        now = time.monotonic()
+        hit = self._rollouts.get(rollout_id)
+        if hit is not None and version is not None and hit[0] == version and now - hit[1] < ROLLOUT_CACHE_S:
+            return hit[2]
+        rollout = self.store.get_rollout(rollout_id)
+        if version is not None:
+            if len(self._rollouts) >= ROLLOUT_CACHE_SIZE:
+                self._rollouts.clear()
+            self._rollouts[rollout_id] = (version, now, rollout)
+        return rollout
 
     def route(self, model: Any) -> Upstream:
         if not isinstance(model, str) or not model:
@@ -177,6 +199,8 @@ class Gateway:
             "latency_ms": round((ended - started) * 1000, 3),
             "request": body,
         }
+        if ctx.overrides:
+            attributes["overrides"] = ctx.overrides
         if record is not None:
             attributes.update(
                 policy_version=record.policy_version,
@@ -226,6 +250,8 @@ class Gateway:
         started = time.time()
         ctx = self.authorize_call(request, rollout_id, attempt)
         body = await self.read_body(request)
+        if ctx.overrides:
+            body = {**body, **ctx.overrides}
         upstream = self.route(body.get("model"))
         if body.get("stream"):
             return await self._stream_call(ctx, kind, body, upstream, started)

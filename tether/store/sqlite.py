@@ -160,6 +160,9 @@ class SQLiteStore:
         self._db.row_factory = sqlite3.Row
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
+        # Bumped by every change to a rollout made through this object; readers can cache rollouts
+        # while it stays the same (the gateway does, on its hot path).
+        self.rollouts_changed = 0
         with self._lock:
             try:
                 if self.path != ":memory:":
@@ -274,6 +277,7 @@ class SQLiteStore:
             return self._open_attempt(db, _rollout(row), worker_id)
 
     def _open_attempt(self, db: sqlite3.Connection, rollout: Rollout, worker_id: str) -> Claim:
+        self.rollouts_changed += 1
         started = now()
         number = rollout.attempt_count + 1
         db.execute(
@@ -330,6 +334,7 @@ class SQLiteStore:
     ) -> Rollout:
         status = RolloutStatus(status)
         with self._write() as db:
+            self.rollouts_changed += 1
             rollout = _rollout(self._rollout_row(db, rollout_id))
             if rollout.status in FINISHED_STATUSES:
                 raise InvalidTransition(f"rollout {rollout_id} is already {rollout.status.value}")

@@ -1,0 +1,8 @@
+"""The evaluator: 1 for the right number, 0 otherwise."""
+
+
+def correct(task: dict, output: str | None) -> float:
+    try:
+        return float(abs(float(output or "") - float(task["answer"])) < 1e-6)
+    except ValueError:
+        return 0.0

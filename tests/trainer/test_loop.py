@@ -1,0 +1,117 @@
+"""The whole loop on the tiny model: rollouts through the real gateway, updates, swaps, resume, async."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import openai
+import orjson
+import pytest
+
+from tether.auth import TokenAuthority
+from tether.runner import CallableAgent
+from tether.store import SQLiteStore, Task
+from tether.trainer.loop import TaskCursor, Trainer, TrainerConfig
+from tether.trainer.policy import TrainConfig
+
+
+async def chatty_agent(task: dict, llm) -> str:  # noqa: ANN001
+    client = openai.AsyncOpenAI(base_url=llm.base_url, api_key=llm.api_key, max_retries=0)
+    first = await client.chat.completions.create(
+        model=llm.model, messages=[{"role": "user", "content": task["question"]}], max_tokens=6
+    )
+    text = first.choices[0].message.content or ""
+    second = await client.chat.completions.create(
+        model=llm.model,
+        messages=[
+            {"role": "user", "content": task["question"]},
+            {"role": "assistant", "content": text},
+            {"role": "user", "content": "More."},
+        ],
+        max_tokens=6,
+    )
+    return text + (second.choices[0].message.content or "")
+
+
+def even_length(task: dict, output: str | None) -> float:
+    """An arbitrary verdict that splits random text about in half, so groups have reward variance."""
+    return float(len(output or "") % 2 == 0)
+
+
+TASKS = [Task(id=f"t{i}", input={"question": f"Say something about {i}."}) for i in range(6)]
+
+
+def make_trainer(tmp_path: Path, **overrides: object) -> Trainer:
+    options = {
+        "model": "tiny-random",
+        "steps": 2,
+        "group_size": 4,
+        "tasks_per_step": 2,
+        "n_workers": 8,
+        "val_every": 1,
+        "checkpoint_every": 1,
+        "timeout_s": 60,
+        "policy": TrainConfig(model="tiny-random", lr=5e-3, micro_batch_tokens=4096),
+        **overrides,
+    }
+    store = SQLiteStore(tmp_path / "store.db")
+    return Trainer(TrainerConfig(**options), tmp_path / "run", store, TokenAuthority.generate())
+
+
+def test_sync_training_updates_serves_and_logs(tmp_path: Path) -> None:
+    trainer = make_trainer(tmp_path)
+    result = trainer.fit(CallableAgent(chatty_agent), TASKS, TASKS[:2], even_length)
+    assert result.steps == 2 and result.val_before is not None and result.val_after is not None
+    train = [r for r in result.history if r["kind"] == "train"]
+    assert [r["step"] for r in train] == [1, 2]
+    updated = [r for r in train if "train.loss" in r]
+    assert updated, "no step had reward variance to learn from"
+    assert all(r["calls"] == 16 for r in train)  # 8 rollouts x 2 calls
+    # every call of a step was served by the version the previous update produced
+    store = trainer.store
+    versions = {r["step"]: r["policy_version"] for r in train}
+    for rollout in store.list_rollouts(limit=1000):
+        if rollout.mode == "train":
+            spans = store.query_spans(rollout_id=rollout.id)
+            assert {s.attributes["policy_version"] for s in spans} == {versions[rollout.metadata["step"] + 1]}
+    lines = (tmp_path / "run" / "metrics.jsonl").read_bytes().splitlines()
+    assert [orjson.loads(line)["kind"] for line in lines].count("val") == 3
+    assert (tmp_path / "run" / "checkpoint").exists() and (tmp_path / "run" / "adapter").exists()
+
+
+def test_resume_continues_from_the_checkpoint(tmp_path: Path) -> None:
+    make_trainer(tmp_path, steps=1).fit(CallableAgent(chatty_agent), TASKS, [], even_length)
+    resumed = make_trainer(tmp_path, steps=2)
+    result = resumed.fit(CallableAgent(chatty_agent), TASKS, [], even_length, resume=True)
+    assert result.steps == 2
+    assert [r["step"] for r in result.history if r["kind"] == "train"] == [1, 2]
+
+
+def test_async_training_loses_no_call_and_labels_versions(tmp_path: Path) -> None:
+    trainer = make_trainer(tmp_path, async_mode=True, val_every=0, checkpoint_every=0, max_staleness=1)
+    result = trainer.fit(CallableAgent(chatty_agent), TASKS, [], even_length)
+    assert result.steps == 2
+    store = trainer.store
+    finished = [r for r in store.list_rollouts(limit=1000) if r.status.finished]
+    assert finished and all(r.status.value in ("succeeded", "cancelled") for r in finished)
+    for rollout in finished:
+        if rollout.status.value == "succeeded":
+            spans = store.query_spans(rollout_id=rollout.id)
+            assert len(spans) == 2 and all(s.status == "ok" for s in spans)
+            assert all(isinstance(s.attributes["policy_version"], int) for s in spans)
+    train = [r for r in result.history if r["kind"] == "train"]
+    assert all("stale_dropped" in r and "staleness_mean" in r for r in train)
+
+
+def test_task_cursor_is_reproducible_and_covers_every_task() -> None:
+    first = [t.id for t in TaskCursor(TASKS, seed=3).take(12)]
+    again = TaskCursor(TASKS, seed=3, position=5).take(7)
+    assert [t.id for t in again] == first[5:]
+    assert sorted(first[:6]) == sorted(t.id for t in TASKS)
+
+
+def test_config_rejects_nonsense() -> None:
+    with pytest.raises(ValueError, match="group-size"):
+        TrainerConfig(group_size=1)
+    with pytest.raises(ValueError, match="algorithm"):
+        TrainerConfig(algorithm="magic")

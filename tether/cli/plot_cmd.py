@@ -1,0 +1,63 @@
+"""`tether plot RUN`: the reward and validation curves of a training run, as a PNG."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from tether.trainer.metrics import read_metrics
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "plot",
+        help="draw a training run's reward and validation curves to a PNG",
+        description="Read RUN/metrics.jsonl (written by `tether train`) and draw train reward and val score.",
+    )
+    parser.add_argument("run_dir", metavar="RUN", type=Path, help="the run folder (or its metrics.jsonl)")
+    parser.add_argument("--out", type=Path, default=None, help="PNG path (default: RUN/curves.png)")
+    parser.set_defaults(run=run)
+
+
+def plot(records: list[dict], out: Path, title: str) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    train = [
+        (r["step"], r["reward_mean"]) for r in records if r.get("kind") == "train" and "reward_mean" in r
+    ]
+    val = [(r["step"], r["val_score"]) for r in records if r.get("kind") == "val"]
+    figure, axis = plt.subplots(figsize=(7, 4), dpi=120)
+    if train:
+        axis.plot(
+            *zip(*train, strict=True),
+            label="train reward (mean over the step's rollouts, sampled)",
+            color="tab:blue",
+            alpha=0.7,
+        )
+    if val:
+        axis.plot(*zip(*val, strict=True), "o-", label="held-out accuracy (greedy)", color="tab:red")
+    axis.set_xlabel("training step")
+    axis.set_ylabel("reward / accuracy")
+    axis.set_ylim(bottom=0)
+    axis.grid(alpha=0.3)
+    axis.legend()
+    axis.set_title(title)
+    figure.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(out)
+    plt.close(figure)
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        records = read_metrics(args.run_dir)
+    except FileNotFoundError as exc:
+        raise SystemExit(f"tether plot: {exc}") from None
+    folder = args.run_dir if args.run_dir.is_dir() else args.run_dir.parent
+    out = plot(records, args.out or folder / "curves.png", folder.name)
+    print(f"wrote {out}")
+    return 0

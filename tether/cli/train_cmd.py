@@ -1,0 +1,191 @@
+"""`tether train`: train an unmodified agent with RL (or SFT on its good runs) on this machine."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from tether.cli.plot_cmd import plot
+from tether.cli.rollout_cmd import add_runner_args, load_inputs
+from tether.project import Project
+from tether.runner import TaskFileError, load_tasks
+from tether.store import SQLiteStore
+
+console = Console(stderr=True)
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "train",
+        help="train an agent's policy model from its own runs (GRPO-style RL, or SFT)",
+        description=(
+            "Each step runs the agent --group-size times on --tasks-per-step tasks, turns the recorded model "
+            "calls into transitions, credits each rollout against its group (LightningRL), and updates a "
+            "LoRA adapter that the engine then serves as the next policy version. Held-out accuracy on "
+            "--val-tasks is measured greedily before, every --val-every steps, and after. Metrics go to "
+            ".tether/runs/NAME/metrics.jsonl and TensorBoard; the curve to curves.png."
+        ),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    add_runner_args(parser)
+    parser.add_argument("--val-tasks", metavar="FILE", help="held-out tasks scored before, during and after")
+    parser.add_argument(
+        "--model", default="smollm2-135m", help="smollm2-135m, tiny-random or a local HF folder"
+    )
+    parser.add_argument("--algorithm", default="grpo", choices=["grpo", "drgrpo", "rloo", "sft"])
+    parser.add_argument("--steps", type=int, default=20, help="policy updates")
+    parser.add_argument("--group-size", type=int, default=8, help="rollouts per task in a step (a group)")
+    parser.add_argument("--tasks-per-step", type=int, default=4, help="groups per update")
+    parser.add_argument("--lr", type=float, default=None, help="learning rate (default 1e-4 LoRA, 1e-5 full)")
+    parser.add_argument("--full", action="store_true", help="full fine-tuning instead of LoRA")
+    parser.add_argument("--lora-r", type=int, default=16, help="LoRA rank")
+    parser.add_argument("--kl-coef", type=float, default=0.0, help="KL penalty to the base model")
+    parser.add_argument(
+        "--micro-batch-tokens",
+        type=int,
+        default=2048,
+        help="tokens per forward/backward pass; lower it if memory runs short",
+    )
+    parser.add_argument(
+        "--val-every", type=int, default=5, help="validate every N steps (0: before/after only)"
+    )
+    parser.add_argument("--checkpoint-every", type=int, default=5, help="checkpoint every N steps")
+    parser.add_argument("--no-merge", action="store_true", help="one transition per call, no prefix merging")
+    parser.add_argument(
+        "--train-agent",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="train only the calls of this agent name (repeatable; default all)",
+    )
+    parser.add_argument(
+        "--async",
+        dest="async_mode",
+        action="store_true",
+        help="keep agents running during updates (pause, drain, swap, resume)",
+    )
+    parser.add_argument("--max-staleness", type=int, default=1, help="async: drop samples older than this")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--run-name", default=None, help="run folder under .tether/runs (default: a timestamp)"
+    )
+    parser.add_argument(
+        "--resume", action="store_true", help="continue the run named by --run-name (or the latest)"
+    )
+    parser.add_argument(
+        "--project-dir", default=None, help="project directory holding .tether/ (default: cwd)"
+    )
+    parser.set_defaults(run=run, n_workers=None)
+
+
+def _run_dir(project: Project, name: str | None, resume: bool) -> Path:
+    runs = project.state_dir / "runs"
+    if resume and name is None:
+        existing = sorted(runs.glob("*/checkpoint"), key=lambda p: p.stat().st_mtime)
+        if not existing:
+            raise SystemExit(f"tether train: --resume found no checkpoint under {runs}")
+        return existing[-1].parent
+    return runs / (name or time.strftime("%Y%m%d-%H%M%S"))
+
+
+def run(args: argparse.Namespace) -> int:
+    from tether.trainer.loop import Trainer, TrainerConfig
+    from tether.trainer.policy import TrainConfig
+
+    if args.n_workers is None:
+        args.n_workers = args.group_size * args.tasks_per_step
+    train_tasks, evaluator, agent = load_inputs(args)
+    try:
+        val_tasks = load_tasks(args.val_tasks) if args.val_tasks else []
+    except TaskFileError as exc:
+        raise SystemExit(f"tether: {exc}") from None
+    if evaluator is None:
+        console.print("[yellow]no --reward: only rewards the agent reports itself will count[/]")
+    try:
+        policy = TrainConfig(
+            model=args.model,
+            lora=not args.full,
+            lora_r=args.lora_r,
+            lr=args.lr,
+            kl_coef=args.kl_coef,
+            micro_batch_tokens=args.micro_batch_tokens,
+            seed=args.seed,
+        )
+        config = TrainerConfig(
+            model=args.model,
+            algorithm=args.algorithm,
+            steps=args.steps,
+            group_size=args.group_size,
+            tasks_per_step=args.tasks_per_step,
+            n_workers=args.n_workers,
+            timeout_s=args.timeout,
+            max_attempts=args.max_attempts,
+            val_every=args.val_every,
+            checkpoint_every=args.checkpoint_every,
+            merge=not args.no_merge,
+            agents=args.train_agent,
+            async_mode=args.async_mode,
+            max_staleness=args.max_staleness,
+            seed=args.seed,
+            policy=policy,
+        )
+    except ValueError as exc:
+        raise SystemExit(f"tether train: {exc}") from None
+    project = Project.at(args.project_dir)
+    run_dir = _run_dir(project, args.run_name, args.resume)
+    store = SQLiteStore(project.store_path)
+    trainer = Trainer(config, run_dir, store, project.authority())
+    console.print(f"run folder: {run_dir}")
+    with Progress(
+        TextColumn("[bold]training"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[detail]}"),
+        TimeElapsedColumn(),
+        console=console,
+    ) as progress:
+        bar = progress.add_task("train", total=config.steps, detail="")
+        trainer.on_step = lambda record: _show(progress, bar, record)
+        result = trainer.fit(agent, train_tasks, val_tasks, evaluator, resume=args.resume)
+    store.close()
+    curve = plot(result.history, run_dir / "curves.png", run_dir.name)
+    _report(result, curve)
+    return 0
+
+
+def _show(progress: Progress, bar: int, record: dict) -> None:  # noqa: ANN001
+    if record["kind"] == "val":
+        progress.console.print(f"step {record['step']:>3}  held-out accuracy {record['val_score']:.3f}")
+        return
+    progress.update(
+        bar,
+        completed=record["step"],
+        detail=f"reward {record['reward_mean']:.3f}  v{record['policy_version_after']}",
+    )
+    line = (
+        f"step {record['step']:>3}  reward {record['reward_mean']:.3f} ± {record['reward_std']:.3f}  "
+        f"groups {record['groups_used']}  rollouts/s {record['rollouts_per_s']:.2f}"
+    )
+    if "train.loss" in record:
+        line += (
+            f"  loss {record['train.loss']:+.4f}  clip {record['train.clip_fraction']:.3f}  "
+            f"kl {record['train.approx_kl']:.4f}  {record['train.seconds']:.1f}s"
+        )
+    progress.console.print(line)
+
+
+def _report(result, curve: Path) -> None:  # noqa: ANN001
+    out = Console()
+    before, after = result.val_before, result.val_after
+    out.print(
+        f"\n[bold]held-out accuracy before: {_fmt(before)}   after: {_fmt(after)}[/]  "
+        f"({result.steps} steps; metrics {result.run_dir / 'metrics.jsonl'}; curve {curve})"
+    )
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"

@@ -1,0 +1,434 @@
+"""The training loop, top to bottom: run the agent, read its traces, credit the calls, update, serve.
+
+    sync:  [rollouts of step k with policy v_k] -> transitions -> advantages -> update -> v_{k+1}
+    async: groups keep running while the trainer updates; before each update the gateway stops admitting
+           new model calls, in-flight calls drain, the adapter is swapped, and admission resumes. Samples
+           more than `max_staleness` versions old are dropped.
+
+Everything lives in one process: the store, the gateway (on a background thread), the serving engine,
+the agents' worker pool, and the policy being trained (a second copy of the model, with LoRA).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import random
+import statistics
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+from rich.console import Console
+
+from tether.adapters import Transition, build_transitions
+from tether.algorithms import AdvantageBatch, assign_advantages
+from tether.engines.transformers_engine import TransformersEngine
+from tether.gateway import EngineUpstream, Gateway, GatewayConfig, create_gateway_app
+from tether.gateway.app import SAMPLING_OVERRIDES
+from tether.gateway.server import BackgroundServer
+from tether.runner import AgentEndpoints, Runner, RunnerConfig
+from tether.runner.agents import Agent
+from tether.runner.rewards import Evaluator
+from tether.store import RolloutRequest, SQLiteStore, Task
+from tether.trainer.metrics import MetricsLog
+from tether.trainer.policy import PolicyTrainer, TrainConfig, TrainingDiverged
+
+console = Console(stderr=True)
+ALGORITHMS = ("grpo", "drgrpo", "rloo", "sft")
+
+
+@dataclass
+class TrainerConfig:
+    model: str = "smollm2-135m"
+    algorithm: str = "grpo"
+    steps: int = 20
+    group_size: int = 8
+    tasks_per_step: int = 4
+    n_workers: int = 32
+    timeout_s: float = 120.0
+    max_attempts: int = 1
+    val_every: int = 5  # 0: only before and after
+    val_temperature: float = 0.0
+    checkpoint_every: int = 5
+    merge: bool = True
+    agents: list[str] | None = None  # train only these agents' calls (default: all)
+    async_mode: bool = False
+    max_staleness: int = 1
+    sft_threshold: float = 1.0  # sft: train on rollouts whose reward is at least this
+    seed: int = 0
+    engine_threads: int | None = None
+    policy: TrainConfig = field(default_factory=lambda: TrainConfig(model="smollm2-135m"))
+
+    def __post_init__(self) -> None:
+        if self.algorithm not in ALGORITHMS:
+            raise ValueError(f"unknown algorithm {self.algorithm!r}: choose one of {', '.join(ALGORITHMS)}")
+        if self.steps < 0 or self.group_size < 1 or self.tasks_per_step < 1 or self.n_workers < 1:
+            raise ValueError("steps >= 0, group size, tasks per step and workers >= 1")
+        if self.algorithm != "sft" and self.group_size < 2:
+            raise ValueError(f"{self.algorithm} compares rollouts of a task: --group-size must be at least 2")
+        self.policy.model = self.model
+
+
+@dataclass
+class FitResult:
+    run_dir: Path
+    val_before: float | None
+    val_after: float | None
+    steps: int
+    history: list[dict[str, Any]]
+
+
+class TaskCursor:
+    """Walks the training tasks in a seeded shuffled order, epoch after epoch; its position is saved."""
+
+    def __init__(self, tasks: Sequence[Task], seed: int, position: int = 0) -> None:
+        self.tasks = list(tasks)
+        self.seed = seed
+        self.position = position
+
+    def _order(self, epoch: int) -> list[int]:
+        order = list(range(len(self.tasks)))
+        random.Random(self.seed * 1_000_003 + epoch).shuffle(order)
+        return order
+
+    def take(self, count: int) -> list[Task]:
+        picked = []
+        for _ in range(count):
+            epoch, index = divmod(self.position, len(self.tasks))
+            picked.append(self.tasks[self._order(epoch)[index]])
+            self.position += 1
+        return picked
+
+
+class Trainer:
+    """`Trainer(config).fit(agent, train_tasks, val_tasks, evaluator)` trains an unmodified agent."""
+
+    def __init__(self, config: TrainerConfig, run_dir: Path, store: SQLiteStore, auth: Any) -> None:
+        self.config = config
+        self.run_dir = run_dir
+        self.store = store
+        self.auth = auth
+        self.log = MetricsLog(run_dir)
+        self.history: list[dict[str, Any]] = []
+        self.on_step: Callable[[dict[str, Any]], None] | None = None
+
+    # -- setup ----------------------------------------------------------------------------------------
+
+    def fit(
+        self,
+        agent: Agent,
+        train_tasks: Sequence[Task],
+        val_tasks: Sequence[Task] = (),
+        evaluator: Evaluator | None = None,
+        resume: bool = False,
+    ) -> FitResult:
+        if not train_tasks:
+            raise ValueError("no training tasks")
+        config = self.config
+        with console.status(f"loading {config.model} for serving and for training ..."):
+            engine = TransformersEngine(
+                config.model, max_batch_size=config.n_workers, threads=config.engine_threads
+            )
+            policy = PolicyTrainer(config.policy)
+        gateway = Gateway(self.store, self.auth, GatewayConfig(hold_limit_s=600))
+        gateway.add_upstream(EngineUpstream(engine, name="policy"))
+        try:
+            with BackgroundServer(create_gateway_app(gateway)) as url:
+                gateway.config.public_url = url
+                runner = Runner(
+                    self.store,
+                    agent,
+                    AgentEndpoints(url, self.auth),
+                    evaluator,
+                    RunnerConfig(n_workers=config.n_workers, timeout_s=config.timeout_s),
+                )
+                session = _Session(self, engine, policy, runner, url, train_tasks, val_tasks)
+                return asyncio.run(session.run(resume))
+        finally:
+            engine.close()
+            self.log.close()
+
+    def record(self, record: dict[str, Any]) -> None:
+        self.history.append(record)
+        self.log.write(record)
+        if self.on_step is not None:
+            self.on_step(record)
+
+
+@dataclass
+class _Session:
+    trainer: Trainer
+    engine: TransformersEngine
+    policy: PolicyTrainer
+    runner: Runner
+    url: str
+    train_tasks: Sequence[Task]
+    val_tasks: Sequence[Task]
+    cursor: TaskCursor = field(init=False)
+    step: int = 0
+    # Every update runs on this one thread: torch's CPU allocations then stay in one malloc arena
+    # instead of each pool thread keeping its own multi-GB arena (measured: 15 GB vs 6 GB peak).
+    update_thread: ThreadPoolExecutor = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.cursor = TaskCursor(self.train_tasks, self.trainer.config.seed)
+        self.update_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tether-update")
+
+    @property
+    def config(self) -> TrainerConfig:
+        return self.trainer.config
+
+    async def run(self, resume: bool) -> FitResult:
+        if resume:
+            self._restore()
+        self.runner.start()
+        try:
+            val_before = await self.validate() if self.step == 0 else self._last_val()
+            if self.config.async_mode:
+                await self._train_async()
+            else:
+                await self._train_sync()
+            val_after = await self.validate() if self.val_tasks else None
+        finally:
+            await self.runner.stop()
+            self.update_thread.shutdown(wait=True)
+        return FitResult(self.trainer.run_dir, val_before, val_after, self.step, self.trainer.history)
+
+    # -- data -----------------------------------------------------------------------------------------
+
+    def _group_requests(self, tasks: Sequence[Task], label: str) -> list[RolloutRequest]:
+        return [
+            RolloutRequest(
+                task=task,
+                mode="train",
+                group_id=f"{task.id}@{label}",
+                max_attempts=self.config.max_attempts,
+                metadata={"step": self.step},
+            )
+            for task in tasks
+            for _ in range(self.config.group_size)
+        ]
+
+    async def _collect(self, requests: Sequence[RolloutRequest]) -> tuple[list[Transition], dict[str, Any]]:
+        started = time.monotonic()
+        outcomes = await self.runner.run(requests)
+        report = await asyncio.to_thread(
+            build_transitions,
+            self.trainer.store,
+            [o.rollout_id for o in outcomes],
+            merge=self.config.merge,
+            agents=self.config.agents,
+        )
+        rewards = [o.reward if o.reward is not None else 0.0 for o in outcomes]
+        seconds = time.monotonic() - started
+        stats = {
+            "reward_mean": statistics.fmean(rewards) if rewards else 0.0,
+            "reward_std": statistics.pstdev(rewards) if len(rewards) > 1 else 0.0,
+            "rollouts": len(outcomes),
+            "failed_rollouts": sum(o.status.value != "succeeded" for o in outcomes),
+            "calls": report.calls,
+            "merged_calls": report.merged,
+            "merge_breaks": sum(report.merge_breaks.values()),
+            "response_length": statistics.fmean(len(t.response_ids) for t in report.transitions)
+            if report.transitions
+            else 0.0,
+            "rollout_seconds": seconds,
+            "rollouts_per_s": len(outcomes) / max(seconds, 1e-9),
+        }
+        return report.transitions, stats
+
+    def _advantages(self, transitions: list[Transition]) -> AdvantageBatch:
+        if self.config.algorithm == "sft":
+            good = [t for t in transitions if t.reward >= self.config.sft_threshold]
+            batch = assign_advantages(good, method="drgrpo", drop_zero_variance=False)
+            for sample in batch.samples:
+                sample.advantage = 1.0
+            return batch
+        return assign_advantages(transitions, method=self.config.algorithm)
+
+    # -- one update -----------------------------------------------------------------------------------
+
+    async def _update(self, transitions: list[Transition], stats: dict[str, Any]) -> None:
+        batch = self._advantages(transitions)
+        record: dict[str, Any] = {
+            "kind": "train",
+            "step": self.step + 1,
+            **stats,
+            "groups_used": batch.report.groups_used,
+            "groups_zero_variance": batch.report.groups_zero_variance,
+            "samples": len(batch.samples),
+            "policy_version": self.engine.policy_version,
+        }
+        if batch.samples:
+            try:
+                metrics = await self._on_update_thread(self.policy.step, batch)
+            except TrainingDiverged as exc:
+                raise SystemExit(
+                    f"training diverged at step {self.step + 1}: {exc}. The last good "
+                    f"checkpoint is in {self.trainer.run_dir / 'checkpoint'}."
+                ) from None
+            record.update({f"train.{k}": v for k, v in metrics.to_dict().items() if k != "step"})
+            adapter = await self._on_update_thread(self.policy.save_adapter, self.trainer.run_dir / "adapter")
+            await self._swap(adapter)
+        else:
+            record["skipped"] = "every group had the same reward: nothing to learn from this batch"
+        self.step += 1
+        record["policy_version_after"] = self.engine.policy_version
+        self.trainer.record(record)
+        if self.config.val_every and self.step % self.config.val_every == 0 and self.step < self.config.steps:
+            await self.validate()
+        if self.config.checkpoint_every and self.step % self.config.checkpoint_every == 0:
+            await self._on_update_thread(self._checkpoint)
+
+    async def _on_update_thread(self, function: Callable[..., Any], *args: Any) -> Any:
+        result = await asyncio.get_running_loop().run_in_executor(self.update_thread, function, *args)
+        release_free_memory()
+        return result
+
+    async def _swap(self, adapter: Path) -> None:
+        if not self.config.async_mode:
+            await self.engine.aload_adapter(str(adapter), self.step + 1)
+            return
+        # Admission is paused over HTTP: the gateway's event loop lives on its own thread.
+        headers = {"Authorization": f"Bearer {self.trainer.auth.admin_token}"}
+        async with httpx.AsyncClient(base_url=self.url, headers=headers, timeout=900) as admin:
+            (await admin.post("/admin/pause", json={"drain": True})).raise_for_status()
+            try:
+                await self.engine.aload_adapter(str(adapter), self.step + 1)
+            finally:
+                (await admin.post("/admin/resume")).raise_for_status()
+
+    async def _train_sync(self) -> None:
+        while self.step < self.config.steps:
+            tasks = self.cursor.take(self.config.tasks_per_step)
+            transitions, stats = await self._collect(self._group_requests(tasks, f"step{self.step}"))
+            await self._update(transitions, stats)
+
+    async def _train_async(self) -> None:
+        in_flight: deque[asyncio.Task[tuple[list[Transition], dict[str, Any]]]] = deque()
+
+        def launch() -> None:
+            tasks = self.cursor.take(1)
+            label = f"g{self.cursor.position}"
+            in_flight.append(asyncio.create_task(self._collect(self._group_requests(tasks, label))))
+
+        try:
+            while self.step < self.config.steps:
+                while len(in_flight) < 2 * self.config.tasks_per_step:
+                    launch()
+                done = [await in_flight.popleft() for _ in range(self.config.tasks_per_step)]
+                transitions = [t for group, _ in done for t in group]
+                fresh = [
+                    t
+                    for t in transitions
+                    if t.policy_version is None
+                    or self.engine.policy_version - t.policy_version <= self.config.max_staleness
+                ]
+                stats = _merge_stats([s for _, s in done])
+                stats["stale_dropped"] = len(transitions) - len(fresh)
+                stats["staleness_mean"] = (
+                    statistics.fmean(
+                        self.engine.policy_version - (t.policy_version or 0) for t in transitions
+                    )
+                    if transitions
+                    else 0.0
+                )
+                await self._update(fresh, stats)
+        finally:
+            for task in in_flight:
+                task.cancel()
+            with contextlib.suppress(Exception):
+                await asyncio.gather(*in_flight, return_exceptions=True)
+
+    # -- validation and checkpoints -------------------------------------------------------------------
+
+    async def validate(self) -> float | None:
+        if not self.val_tasks:
+            return None
+        overrides = {"temperature": self.config.val_temperature}
+        requests = [
+            RolloutRequest(
+                task=task,
+                mode="val",
+                group_id=f"{task.id}@val{self.step}",
+                metadata={SAMPLING_OVERRIDES: overrides, "step": self.step},
+            )
+            for task in self.val_tasks
+        ]
+        started = time.monotonic()
+        outcomes = await self.runner.run(requests)
+        rewards = [o.reward if o.reward is not None else 0.0 for o in outcomes]
+        score = statistics.fmean(rewards) if rewards else 0.0
+        self.trainer.record(
+            {
+                "kind": "val",
+                "step": self.step,
+                "val_score": score,
+                "val_rollouts": len(rewards),
+                "val_seconds": time.monotonic() - started,
+                "policy_version": self.engine.policy_version,
+            }
+        )
+        return score
+
+    def _last_val(self) -> float | None:
+        scores = [r["val_score"] for r in self.trainer.history if r.get("kind") == "val"]
+        return scores[0] if scores else None
+
+    def _checkpoint(self) -> None:
+        extra = {
+            "step": self.step,
+            "position": self.cursor.position,
+            "config": _jsonable(asdict(self.config)),
+            "history": self.trainer.history,
+        }
+        self.policy.save_checkpoint(self.trainer.run_dir / "checkpoint", extra)
+
+    def _restore(self) -> None:
+        folder = self.trainer.run_dir / "checkpoint"
+        if not folder.exists():
+            console.print(f"[yellow]no checkpoint in {folder}; starting from step 0[/]")
+            return
+        extra = self.policy.load_checkpoint(folder)
+        self.step = int(extra["step"])
+        self.cursor.position = int(extra["position"])
+        self.trainer.history = list(extra.get("history") or [])
+        self.engine.load_adapter(str(self.policy.save_adapter(self.trainer.run_dir / "adapter")), self.step)
+        console.print(f"resumed from step {self.step}")
+
+
+def release_free_memory() -> None:
+    """Give freed heap pages back to the OS after an update (glibc keeps them otherwise)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+def _merge_stats(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    rollouts = sum(p["rollouts"] for p in parts) or 1
+    merged: dict[str, Any] = {}
+    for key in parts[0]:
+        values = [p[key] for p in parts]
+        if key in ("rollouts", "failed_rollouts", "calls", "merged_calls", "merge_breaks"):
+            merged[key] = sum(values)
+        elif key == "rollout_seconds":
+            merged[key] = max(values)
+        else:
+            merged[key] = sum(p[key] * p["rollouts"] for p in parts) / rollouts
+    return merged
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    return value

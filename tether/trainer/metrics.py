@@ -1,0 +1,46 @@
+"""Per-step metrics: appended to `metrics.jsonl` in the run folder, and to TensorBoard when installed."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+
+class MetricsLog:
+    def __init__(self, run_dir: Path) -> None:
+        self.path = run_dir / "metrics.jsonl"
+        run_dir.mkdir(parents=True, exist_ok=True)
+        self._tensorboard = _tensorboard_writer(run_dir / "tensorboard")
+
+    def write(self, record: dict[str, Any]) -> None:
+        clean = {k: v for k, v in record.items() if not (isinstance(v, float) and not math.isfinite(v))}
+        with self.path.open("ab") as handle:
+            handle.write(orjson.dumps(clean) + b"\n")
+        if self._tensorboard is not None and "step" in record:
+            for key, value in clean.items():
+                if isinstance(value, int | float) and not isinstance(value, bool) and key != "step":
+                    self._tensorboard.add_scalar(key.replace(".", "/"), value, record["step"])
+            self._tensorboard.flush()
+
+    def close(self) -> None:
+        if self._tensorboard is not None:
+            self._tensorboard.close()
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    if path.is_dir():
+        path = path / "metrics.jsonl"
+    if not path.exists():
+        raise FileNotFoundError(f"no metrics at {path}")
+    return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
+
+
+def _tensorboard_writer(folder: Path):  # noqa: ANN202
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:  # TensorBoard is optional; the JSONL log is always written
+        return None
+    return SummaryWriter(str(folder))

@@ -1,0 +1,684 @@
+"""The policy update: one clipped, importance-corrected policy-gradient step per batch of samples.
+
+For every trained response token t of a sample with advantage A (see `policy_loss`):
+
+    logp     = log pi_theta(token)            the trainer's current logprob, with gradient
+    old      = logp.detach()                  "old" = the trainer's logprob under the weights it holds
+                                              when step() begins (before this update); with one optimizer
+                                              step per batch that is the same forward pass, detached
+    rec      = response_logprobs[t]           recorded by the engine that sampled the token (behaviour mu)
+    ratio    = exp(logp - rec)                pi_theta / mu: engine mismatch and staleness together
+    is_w     = min(exp(old - rec), tis_cap)   truncated importance weight (detached)
+    loss_t   = -min(is_w * exp(logp - old) * A, clip(ratio, 1 - clip_low, 1 + clip_high) * A)
+             + kl_coef * k3_t,  k3_t = exp(ref - logp) - (ref - logp) - 1
+
+`is_w * exp(logp - old)` has the value min(ratio, tis_cap) and the gradient min(ratio, tis_cap) * grad logp:
+below the cap it is exactly the ratio of the PPO surrogate. Above it the unclipped branch stops growing,
+which only matters for negative advantages (for positive ones 1 + clip_high < tis_cap binds first), so
+one token the engine sampled far more confidently than the trainer would cannot dominate the batch
+(the same bound as dual-clip PPO with c = tis_cap). The trust region is measured against the behaviour
+policy: a stale or mismatched token whose ratio left [1 - clip_low, 1 + clip_high] in the direction its
+advantage pushes contributes no gradient.
+
+Token losses are averaged within each sample, and samples are combined with their `weight` (a
+transition's share of its rollout's trained tokens): loss = sum_s w_s * mean_t loss_t / sum_s w_s, i.e.
+every rollout counts once, whatever its number of calls and tokens.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import logging
+import math
+import os
+import random
+import shutil
+import sys
+import time
+import uuid
+import warnings
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tether.adapters.transitions import Transition
+from tether.algorithms.advantages import AdvantageBatch, Sample
+from tether.engines.catalog import resolve_model
+
+log = logging.getLogger(__name__)
+
+LLAMA_TARGET_MODULES: tuple[str, ...] = (
+    "q_proj",
+    "k_proj",
+    "v_proj",
+    "o_proj",
+    "gate_proj",
+    "up_proj",
+    "down_proj",
+)
+DEFAULT_LORA_LR = 1e-4
+DEFAULT_FULL_LR = 1e-5
+CHECKPOINT_STATE = "state.pt"
+CHECKPOINT_EXTRA = "extra.json"
+CHECKPOINT_POLICY = "policy"
+
+
+@dataclass
+class TrainConfig:
+    """Everything the policy update needs. `lr=None` picks 1e-4 with LoRA and 1e-5 for full fine-tuning."""
+
+    model: str  # catalogue name (see tether.engines.catalog) or local HF folder
+    lora: bool = True
+    lora_r: int = 16
+    lora_alpha: int = 32
+    lora_dropout: float = 0.0
+    target_modules: tuple[str, ...] = LLAMA_TARGET_MODULES
+    lr: float | None = None
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.999)
+    adam_eps: float = 1e-8
+    warmup_steps: int = 0  # linear warmup, then constant
+    grad_clip: float = 1.0  # max global grad norm; 0 disables clipping (the norm is still reported)
+    clip_low: float = 0.2
+    clip_high: float = 0.28
+    tis_cap: float | None = 2.0  # None disables the truncation
+    kl_coef: float = 0.0
+    micro_batch_tokens: int = 2048  # padded tokens (rows x width) per forward/backward
+    max_seq_len: int = 4096  # prompt + response; also limited by the model's context
+    # bf16 autocast of the transformer body (weights, lm_head and loss stay fp32). None: only where bf16
+    # is native (CUDA, CPUs with AVX512-BF16 or AMX); elsewhere it is emulated and 5-20x slower than fp32.
+    bf16: bool | None = None
+    seed: int = 0
+    device: str | None = None  # default: cuda if available, else cpu
+    cache_dir: str | None = None  # model cache for catalogue names (default: tether's)
+
+    def __post_init__(self) -> None:
+        self.target_modules = tuple(self.target_modules)
+        self.betas = (float(self.betas[0]), float(self.betas[1]))
+        if not 0 <= self.clip_low < 1 or self.clip_high < 0:
+            raise ValueError(
+                f"need 0 <= clip_low < 1 and clip_high >= 0, got {self.clip_low}, {self.clip_high}"
+            )
+        if self.tis_cap is not None and self.tis_cap <= 0:
+            raise ValueError(f"tis_cap must be positive or None, got {self.tis_cap}")
+        if self.micro_batch_tokens < 1 or self.max_seq_len < 2:
+            raise ValueError("micro_batch_tokens must be >= 1 and max_seq_len >= 2")
+        if self.kl_coef < 0 or self.grad_clip < 0:
+            raise ValueError("kl_coef and grad_clip must be >= 0")
+
+    @property
+    def learning_rate(self) -> float:
+        if self.lr is not None:
+            return self.lr
+        return DEFAULT_LORA_LR if self.lora else DEFAULT_FULL_LR
+
+
+class TrainingDiverged(RuntimeError):
+    """A non-finite loss or gradient; the update was not applied and the gradients were cleared."""
+
+
+@dataclass
+class StepMetrics:
+    step: int  # optimizer steps taken so far, this one included
+    loss: float  # the objective that was differentiated (policy + KL)
+    policy_loss: float
+    kl_loss: float  # kl_coef * KL to the reference
+    mean_ratio: float  # token mean of pi_theta / mu
+    clip_fraction: float  # trained tokens whose gradient the clip removed
+    truncated_fraction: float  # trained tokens with pi_theta / mu above tis_cap
+    approx_kl: float  # k3 estimate of KL(mu || pi_theta), behaviour to current
+    ref_kl: float | None  # k3 estimate of KL(pi_theta || reference), only with kl_coef > 0
+    entropy: float  # mean entropy (nats) of the current policy at trained tokens
+    tokens: int  # trained (loss-masked) tokens
+    forward_tokens: int  # prompt + response tokens run through the model, padding excluded
+    padded_tokens: int  # rows x width summed over micro-batches
+    samples: int
+    rollouts: int
+    micro_batches: int
+    grad_norm: float  # before clipping
+    lr: float
+    seconds: float
+    tokens_per_s: float  # forward_tokens / seconds
+    peak_rss_mb: float  # the process's peak resident memory so far
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class MicroBatch:
+    """Left-padded rows so that every response ends at the last column; per-token tensors are [B, K]."""
+
+    indices: list[int]
+    input_ids: torch.Tensor  # [B, W]
+    attention_mask: torch.Tensor  # [B, W]
+    position_ids: torch.Tensor  # [B, W]
+    targets: torch.Tensor  # [B, K] response tokens, right-aligned
+    valid: torch.Tensor  # [B, K] bool: a response token (trained or not)
+    mask: torch.Tensor  # [B, K] bool: a trained response token
+    behaviour: torch.Tensor  # [B, K] recorded logprobs
+    advantages: torch.Tensor  # [B, 1]
+    coef: torch.Tensor  # [B, 1] weight / (trained tokens * total weight)
+
+    @property
+    def padded_tokens(self) -> int:
+        return self.input_ids.numel()
+
+
+@dataclass
+class _Totals:
+    """Running sums over the trained tokens of one step."""
+
+    loss: float = 0.0
+    policy_loss: float = 0.0
+    kl_loss: float = 0.0
+    tokens: int = 0
+    ratio: float = 0.0
+    clipped: float = 0.0
+    truncated: float = 0.0
+    approx_kl: float = 0.0
+    ref_kl: float = 0.0
+    entropy: float = 0.0
+    padded: int = 0
+
+    def mean(self, total: float) -> float:
+        return total / self.tokens if self.tokens else 0.0
+
+
+def policy_loss(
+    logp: torch.Tensor,
+    behaviour: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    clip_low: float,
+    clip_high: float,
+    tis_cap: float | None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Per-token clipped surrogate loss (see the module docstring) and per-token diagnostics.
+
+    Positions outside `mask` get the trainer's own logprob as behaviour, so whatever was recorded there
+    (0.0 for observation tokens, or garbage) cannot produce inf or NaN, nor any gradient.
+    """
+    old = logp.detach()
+    behaviour = torch.where(mask, behaviour, old)
+    log_ratio = logp - behaviour
+    ratio = torch.exp(log_ratio)
+    clipped_ratio = ratio.clamp(1 - clip_low, 1 + clip_high)
+    unclipped_ratio = ratio
+    if tis_cap is not None:
+        is_weight = torch.exp(old - behaviour).clamp(max=tis_cap)
+        unclipped_ratio = is_weight * torch.exp(logp - old)
+    loss = -torch.minimum(unclipped_ratio * advantages, clipped_ratio * advantages)
+    with torch.no_grad():
+        r = ratio.detach()
+        clipped = ((advantages > 0) & (r > 1 + clip_high)) | ((advantages < 0) & (r < 1 - clip_low))
+        truncated = r > tis_cap if tis_cap is not None else torch.zeros_like(mask)
+        stats = {
+            "ratio": r,
+            "clipped": clipped.float(),
+            "truncated": truncated.float(),
+            "approx_kl": (r - 1) - log_ratio.detach(),
+        }
+    return loss, stats
+
+
+def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """Per-token k3 estimate of KL(pi_theta || ref) for tokens sampled from pi_theta (unbiased, >= 0)."""
+    log_ratio = ref_logp - logp
+    return torch.exp(log_ratio) - log_ratio - 1
+
+
+def plan_micro_batches(lengths: Sequence[int], budget: int) -> list[list[int]]:
+    """Group sample indices so that rows x longest row stays within `budget` padded tokens.
+
+    Longest first, so neighbours have similar lengths (little padding) and the biggest micro-batch, the
+    memory peak, comes first. A sample longer than the budget goes alone.
+    """
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i], reverse=True)
+    batches: list[list[int]] = []
+    current: list[int] = []
+    for i in order:
+        if current and (len(current) + 1) * lengths[current[0]] > budget:
+            batches.append(current)
+            current = []
+        current.append(i)
+    if current:
+        batches.append(current)
+    return batches
+
+
+def collate(
+    transitions: Sequence[Transition],
+    indices: list[int],
+    pad_id: int,
+    advantages: Sequence[float] | None = None,
+    coefs: Sequence[float] | None = None,
+) -> MicroBatch:
+    rows = [transitions[i] for i in indices]
+    width = max(len(t.prompt_ids) + len(t.response_ids) for t in rows)
+    k = max(len(t.response_ids) for t in rows)
+    b = len(rows)
+    input_ids = torch.full((b, width), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((b, width), dtype=torch.long)
+    targets = torch.zeros((b, k), dtype=torch.long)
+    valid = torch.zeros((b, k), dtype=torch.bool)
+    mask = torch.zeros((b, k), dtype=torch.bool)
+    behaviour = torch.zeros((b, k), dtype=torch.float32)
+    for row, t in enumerate(rows):
+        ids = list(t.prompt_ids) + list(t.response_ids)
+        n = len(t.response_ids)
+        input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+        attention_mask[row, width - len(ids) :] = 1
+        if n:
+            targets[row, k - n :] = torch.tensor(t.response_ids, dtype=torch.long)
+            valid[row, k - n :] = True
+            mask[row, k - n :] = torch.tensor(t.loss_mask, dtype=torch.long) != 0
+            behaviour[row, k - n :] = torch.tensor(t.response_logprobs, dtype=torch.float32)
+    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    adv = [advantages[i] for i in indices] if advantages is not None else [0.0] * b
+    coef = [coefs[i] for i in indices] if coefs is not None else [0.0] * b
+    return MicroBatch(
+        indices=indices,
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids,
+        targets=targets,
+        valid=valid,
+        mask=mask,
+        behaviour=behaviour,
+        advantages=torch.tensor(adv, dtype=torch.float32)[:, None],
+        coef=torch.tensor(coef, dtype=torch.float32)[:, None],
+    )
+
+
+class PolicyTrainer:
+    def __init__(self, config: TrainConfig) -> None:
+        from transformers import AutoModelForCausalLM
+
+        self.config = config
+        self.device = torch.device(config.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.bf16 = config.bf16 if config.bf16 is not None else native_bf16(self.device)
+        random.seed(config.seed)
+        torch.manual_seed(config.seed)
+        cache = Path(config.cache_dir) if config.cache_dir else None
+        self.model_path = resolve_model(config.model, cache)
+        base = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=torch.float32).to(self.device)
+        self.max_seq_len = min(
+            config.max_seq_len, int(getattr(base.config, "max_position_embeddings", 0) or 2**31)
+        )
+        pad = base.config.pad_token_id if base.config.pad_token_id is not None else base.config.eos_token_id
+        self.pad_id = int(pad if isinstance(pad, int) else 0)
+        self.reference: Any = None
+        if config.lora:
+            self.model = _wrap_lora(base, config)
+            self.causal_lm = self.model.get_base_model()
+        else:
+            self.model = self.causal_lm = base
+            if config.kl_coef > 0:
+                self.reference = copy.deepcopy(base).eval().requires_grad_(False)
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(
+            self.params,
+            lr=config.learning_rate,
+            betas=config.betas,
+            eps=config.adam_eps,
+            weight_decay=config.weight_decay,
+        )
+        warmup = config.warmup_steps
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda s: min(1.0, (s + 1) / warmup) if warmup > 0 else 1.0
+        )
+        self.step_count = 0
+        log.info(
+            "policy trainer on %s: %s, %d trainable parameters, bf16 autocast %s",
+            self.model_path.name,
+            "LoRA" if config.lora else "full fine-tuning",
+            self.trainable_parameters,
+            "on" if self.bf16 else "off",
+        )
+
+    @property
+    def trainable_parameters(self) -> int:
+        return sum(p.numel() for p in self.params)
+
+    # ---- forward ------------------------------------------------------------------------------
+
+    def _token_logprobs(
+        self, mb: MicroBatch, entropy: bool = False, model: Any = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Logprobs [B, K] of the response tokens (and entropies) under `model` (default: the policy)."""
+        causal_lm = model if model is not None else self.causal_lm
+        k = mb.targets.shape[1]
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
+            hidden = causal_lm.get_decoder()(
+                input_ids=mb.input_ids.to(self.device),
+                attention_mask=mb.attention_mask.to(self.device),
+                position_ids=mb.position_ids.to(self.device),
+                use_cache=False,
+            ).last_hidden_state
+        # Column j predicts token j + 1: the K response tokens are predicted by the K columns before the last.
+        # The head runs in fp32: bf16 keeps 8 mantissa bits, so a logit near 20 would move by up to 0.06.
+        logits = causal_lm.get_output_embeddings()(hidden[:, -k - 1 : -1].float())
+        targets = mb.targets.to(self.device)
+        lse = torch.logsumexp(logits, dim=-1)
+        logp = logits.gather(-1, targets[..., None]).squeeze(-1) - lse
+        ent = None
+        if entropy:
+            with torch.no_grad():
+                ent = lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)
+        return logp, ent
+
+    def _reference_logprobs(self, mb: MicroBatch) -> torch.Tensor:
+        with torch.no_grad():
+            if self.config.lora:
+                with self.model.disable_adapter():
+                    return self._token_logprobs(mb)[0]
+            return self._token_logprobs(mb, model=self.reference)[0]
+
+    # ---- update -------------------------------------------------------------------------------
+
+    def step(self, batch: AdvantageBatch | Sequence[Sample]) -> StepMetrics:
+        """One optimizer step over all samples, accumulating gradients over micro-batches."""
+        started = time.perf_counter()
+        cfg = self.config
+        samples = [s for s in _samples_of(batch) if s.transition.trained_tokens > 0 and s.weight != 0]
+        for s in samples:
+            _check_sample(s.transition, self.max_seq_len)
+            if s.weight < 0:
+                raise ValueError(f"sample of rollout {s.rollout_id!r} has a negative weight {s.weight}")
+        if not samples:
+            raise ValueError("nothing to train: no sample has a trained token and a non-zero weight")
+        transitions = [s.transition for s in samples]
+        total_weight = math.fsum(s.weight for s in samples)
+        coefs = [s.weight / (s.transition.trained_tokens * total_weight) for s in samples]
+        advantages = [float(s.advantage) for s in samples]
+        plan = plan_micro_batches([_length(t) for t in transitions], cfg.micro_batch_tokens)
+
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        totals = _Totals()
+        for n, indices in enumerate(plan):
+            mb = collate(transitions, indices, self.pad_id, advantages, coefs)
+            try:
+                self._accumulate(mb, totals, f"micro-batch {n + 1}/{len(plan)}")
+            except TrainingDiverged:
+                self.optimizer.zero_grad(set_to_none=True)
+                raise
+
+        grad_norm = self._clip_gradients()
+        lr = self.scheduler.get_last_lr()[0]
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step_count += 1
+
+        seconds = time.perf_counter() - started
+        forward_tokens = sum(_length(t) for t in transitions)
+        return StepMetrics(
+            step=self.step_count,
+            loss=totals.loss,
+            policy_loss=totals.policy_loss,
+            kl_loss=totals.kl_loss,
+            mean_ratio=totals.mean(totals.ratio),
+            clip_fraction=totals.mean(totals.clipped),
+            truncated_fraction=totals.mean(totals.truncated),
+            approx_kl=totals.mean(totals.approx_kl),
+            ref_kl=totals.mean(totals.ref_kl) if cfg.kl_coef > 0 else None,
+            entropy=totals.mean(totals.entropy),
+            tokens=totals.tokens,
+            forward_tokens=forward_tokens,
+            padded_tokens=totals.padded,
+            samples=len(samples),
+            rollouts=len({s.rollout_id for s in samples}),
+            micro_batches=len(plan),
+            grad_norm=grad_norm,
+            lr=lr,
+            seconds=seconds,
+            tokens_per_s=forward_tokens / seconds if seconds > 0 else 0.0,
+            peak_rss_mb=peak_rss_mb(),
+        )
+
+    def _accumulate(self, mb: MicroBatch, totals: _Totals, where: str) -> None:
+        cfg = self.config
+        mask = mb.mask.to(self.device)
+        coef = mb.coef.to(self.device)
+        logp, entropy = self._token_logprobs(mb, entropy=True)
+        per_token, stats = policy_loss(
+            logp,
+            mb.behaviour.to(self.device),
+            mb.advantages.to(self.device),
+            mask,
+            cfg.clip_low,
+            cfg.clip_high,
+            cfg.tis_cap,
+        )
+        policy_part = torch.where(mask, per_token, 0.0).mul(coef).sum()
+        loss = policy_part
+        kl_part = None
+        if cfg.kl_coef > 0:
+            kl = k3_kl(logp, self._reference_logprobs(mb))
+            kl_part = torch.where(mask, kl, 0.0).mul(coef).sum() * cfg.kl_coef
+            loss = loss + kl_part
+            totals.ref_kl += float(torch.where(mask, kl.detach(), 0.0).sum())
+        value = float(loss.detach())
+        if not math.isfinite(value):
+            raise TrainingDiverged(
+                f"non-finite loss ({value}) at step {self.step_count + 1}, {where}; the update was not "
+                "applied. Check the samples' advantages and recorded logprobs for NaN/inf, or lower the lr."
+            )
+        loss.backward()
+
+        totals.loss += value
+        totals.policy_loss += float(policy_part.detach())
+        totals.kl_loss += float(kl_part.detach()) if kl_part is not None else 0.0
+        totals.tokens += int(mask.sum())
+        totals.padded += mb.padded_tokens
+        totals.ratio += float(stats["ratio"][mask].sum())
+        totals.clipped += float(stats["clipped"][mask].sum())
+        totals.truncated += float(stats["truncated"][mask].sum())
+        totals.approx_kl += float(stats["approx_kl"][mask].sum())
+        if entropy is not None:
+            totals.entropy += float(entropy[mask].sum())
+
+    def _clip_gradients(self) -> float:
+        max_norm = self.config.grad_clip if self.config.grad_clip > 0 else math.inf
+        norm = float(torch.nn.utils.clip_grad_norm_(self.params, max_norm))
+        if not math.isfinite(norm):
+            self.optimizer.zero_grad(set_to_none=True)
+            raise TrainingDiverged(
+                f"non-finite gradient norm ({norm}) at step {self.step_count + 1}; the update was not "
+                "applied. Lower the lr or check the samples' advantages."
+            )
+        return norm
+
+    # ---- evaluation ---------------------------------------------------------------------------
+
+    def logprobs(self, samples: Sequence[Sample | Transition]) -> list[list[float]]:
+        """The current policy's logprobs of every response token (trained or not), without gradients."""
+        transitions = [s.transition if isinstance(s, Sample) else s for s in samples]
+        for t in transitions:
+            _check_sample(t, self.max_seq_len)
+        out: list[list[float]] = [[] for _ in transitions]
+        todo = [i for i, t in enumerate(transitions) if t.response_ids]
+        lengths = [_length(transitions[i]) for i in todo]
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.no_grad():
+                for group in plan_micro_batches(lengths, self.config.micro_batch_tokens):
+                    mb = collate(transitions, [todo[g] for g in group], self.pad_id)
+                    logp = self._token_logprobs(mb)[0].float().cpu()
+                    for row, i in enumerate(mb.indices):
+                        n = len(transitions[i].response_ids)
+                        out[i] = logp[row, logp.shape[1] - n :].tolist()
+        finally:
+            self.model.train(was_training)
+        return out
+
+    # ---- saving -------------------------------------------------------------------------------
+
+    def save_adapter(self, path: str | os.PathLike[str]) -> Path:
+        """Write the servable policy atomically: a PEFT adapter folder, or the whole model without LoRA.
+
+        The engine takes the adapter with `TransformersEngine.load_adapter(path)`; a full model folder is
+        served by starting an engine on it.
+        """
+        target = Path(path)
+        with _atomic_dir(target) as tmp:
+            self.model.save_pretrained(tmp)
+            if not self.config.lora:
+                from transformers import AutoTokenizer
+
+                AutoTokenizer.from_pretrained(self.model_path).save_pretrained(tmp)
+        return target
+
+    def save_checkpoint(self, directory: str | os.PathLike[str], extra: dict[str, Any] | None = None) -> Path:
+        """Everything needed to resume: trainable weights, optimizer, scheduler, step, RNG and `extra`.
+
+        `extra` (e.g. the data position) must be JSON-serialisable. With LoRA the folder also holds the
+        servable adapter under `policy/`.
+        """
+        target = Path(directory)
+        extra_text = json.dumps(extra or {})
+        state = {
+            "step": self.step_count,
+            "lora": self.config.lora,
+            "trainable": {
+                n: p.detach().cpu().clone() for n, p in self.model.named_parameters() if p.requires_grad
+            },
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "rng": _rng_state(),
+        }
+        with _atomic_dir(target) as tmp:
+            torch.save(state, tmp / CHECKPOINT_STATE)
+            (tmp / CHECKPOINT_EXTRA).write_text(extra_text)
+            if self.config.lora:
+                self.model.save_pretrained(tmp / CHECKPOINT_POLICY)
+        return target
+
+    def load_checkpoint(self, directory: str | os.PathLike[str]) -> dict[str, Any]:
+        """Restore a `save_checkpoint` folder into this trainer (same config); returns its `extra`."""
+        folder = Path(directory)
+        state = torch.load(folder / CHECKPOINT_STATE, map_location="cpu", weights_only=True)
+        if state["lora"] != self.config.lora:
+            raise ValueError(
+                f"checkpoint was saved with lora={state['lora']}, this trainer has lora={self.config.lora}"
+            )
+        params = {n: p for n, p in self.model.named_parameters() if p.requires_grad}
+        saved = state["trainable"]
+        if set(saved) != set(params):
+            missing, unexpected = sorted(set(params) - set(saved)), sorted(set(saved) - set(params))
+            raise ValueError(
+                f"checkpoint parameters do not match this model (missing {missing[:3]}, unexpected "
+                f"{unexpected[:3]}): was it saved with the same model, lora_r and target_modules?"
+            )
+        with torch.no_grad():
+            for name, param in params.items():
+                param.copy_(saved[name])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.step_count = int(state["step"])
+        _set_rng_state(state["rng"])
+        return json.loads((folder / CHECKPOINT_EXTRA).read_text())
+
+
+def _wrap_lora(model: Any, config: TrainConfig) -> Any:
+    from peft import LoraConfig, get_peft_model
+
+    lora = LoraConfig(
+        r=config.lora_r,
+        lora_alpha=config.lora_alpha,
+        lora_dropout=config.lora_dropout,
+        target_modules=list(config.target_modules),
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
+    with warnings.catch_warnings():
+        # peft probes a transformers attribute that is deprecated in transformers 5; harmless.
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        return get_peft_model(model, lora)
+
+
+def _samples_of(batch: AdvantageBatch | Sequence[Sample]) -> list[Sample]:
+    return list(batch.samples) if isinstance(batch, AdvantageBatch) else list(batch)
+
+
+def _length(t: Transition) -> int:
+    return len(t.prompt_ids) + len(t.response_ids)
+
+
+def _check_sample(t: Transition, max_seq_len: int) -> None:
+    n = len(t.response_ids)
+    if len(t.response_logprobs) != n or len(t.loss_mask) != n:
+        raise ValueError(
+            f"rollout {t.rollout_id!r} call {t.call_index}: response_ids, response_logprobs and loss_mask "
+            f"have lengths {n}, {len(t.response_logprobs)}, {len(t.loss_mask)}"
+        )
+    if n and not t.prompt_ids:
+        raise ValueError(
+            f"rollout {t.rollout_id!r} call {t.call_index}: empty prompt (nothing predicts token 0)"
+        )
+    if _length(t) > max_seq_len:
+        raise ValueError(
+            f"rollout {t.rollout_id!r} call {t.call_index} has {_length(t)} tokens, more than max_seq_len="
+            f"{max_seq_len}; raise TrainConfig.max_seq_len (up to the model's context) or shorten rollouts"
+        )
+
+
+def native_bf16(device: torch.device) -> bool:
+    """Whether this device computes bf16 natively (rather than emulating it, slower than fp32)."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    if device.type != "cpu":
+        return False
+    probes = [
+        getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    ]
+    return any(bool(probe()) for probe in probes if probe is not None)
+
+
+def peak_rss_mb() -> float:
+    try:
+        import resource
+    except ImportError:
+        return 0.0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 2**10  # bytes on macOS, KiB on Linux
+
+
+def _rng_state() -> dict[str, Any]:
+    state: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+@contextlib.contextmanager
+def _atomic_dir(target: Path) -> Iterator[Path]:
+    """Write a folder under a temporary name, then swap it into place (replacing any previous one)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex}"
+    old = target.parent / f".{target.name}.old-{uuid.uuid4().hex}"
+    tmp.mkdir()
+    try:
+        yield tmp
+        if target.exists():
+            os.replace(target, old)
+        os.replace(tmp, target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
