@@ -115,3 +115,24 @@ def test_config_rejects_nonsense() -> None:
         TrainerConfig(group_size=1)
     with pytest.raises(ValueError, match="algorithm"):
         TrainerConfig(algorithm="magic")
+
+
+def test_sft_trains_only_on_rewarded_rollouts(tmp_path: Path) -> None:
+    trainer = make_trainer(tmp_path, algorithm="sft", steps=1, val_every=0, checkpoint_every=0)
+    result = trainer.fit(CallableAgent(chatty_agent), TASKS, [], even_length)
+    (record,) = [r for r in result.history if r["kind"] == "train"]
+    rewarded = round(record["reward_mean"] * record["rollouts"])
+    # one transition per rewarded rollout, or two where the second prompt did not extend the first
+    assert rewarded > 0 and rewarded <= record["samples"] <= 2 * rewarded
+    assert "train.loss" in record and record["policy_version_after"] == 1
+
+
+def test_plot_draws_the_curves(tmp_path: Path) -> None:
+    from tether.cli.main import main
+
+    trainer = make_trainer(tmp_path, steps=1, val_every=0, checkpoint_every=0)
+    trainer.fit(CallableAgent(chatty_agent), TASKS, TASKS[:2], even_length)
+    assert main(["plot", str(tmp_path / "run"), "--out", str(tmp_path / "curve.png")]) == 0
+    assert (tmp_path / "curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(SystemExit, match="no metrics"):
+        main(["plot", str(tmp_path / "nowhere")])
