@@ -3,9 +3,13 @@
     .venv/bin/python -m bench.gateway_overhead [--calls 2000] [--clients 16]
 
 Everything runs on this machine in separate processes: the fake upstream (aiohttp, 512 prompt / 128
-response token ids with logprobs), the Tether gateway (uvicorn, durable SQLite recording), and the load
-generator. Reported: p50/p99 latency with 1 client, throughput with N clients, both direct and through
-the gateway, and the gateway's resident memory before and after.
+response token ids with logprobs), the Tether gateway (uvicorn, durable SQLite recording), a floor proxy
+(a bare aiohttp pass-through proxy that records nothing: the least any proxy in Python adds here), and
+the load generator. Reported: p50/p99 latency with 1 client and throughput with N clients, direct, through
+the floor proxy and through the gateway, and the gateway's resident memory before and after.
+
+The three targets are measured in turn, `--rounds` times, and each figure is the median over rounds, so
+that a burst of other work on the machine skews one round rather than one column.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
@@ -61,6 +66,30 @@ def fake_upstream_main(port: int) -> None:
 
     app = web.Application()
     app.router.add_post("/v1/chat/completions", chat)
+    web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None)
+
+
+def floor_proxy_main(port: int, upstream: str) -> None:
+    """A bare pass-through proxy: forward the body, return the answer, record nothing."""
+    from aiohttp import web
+
+    target = upstream.rstrip("/") + "/chat/completions"
+
+    async def session_context(app: web.Application) -> AsyncIterator[None]:
+        app["session"] = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+        yield
+        await app["session"].close()
+
+    async def chat(request: web.Request) -> web.Response:
+        body = await request.read()
+        headers = {"Content-Type": "application/json"}
+        async with request.app["session"].post(target, data=body, headers=headers) as answer:
+            data = await answer.read()
+        return web.Response(body=data, status=answer.status, content_type="application/json")
+
+    app = web.Application()
+    app.cleanup_ctx.append(session_context)
+    app.router.add_post("/rollouts/{rollout_id}/v1/chat/completions", chat)
     web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None)
 
 
@@ -137,46 +166,72 @@ def main() -> None:
     )
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    up_port, gw_port = free_port(), free_port()
+    up_port, floor_port, gw_port = free_port(), free_port(), free_port()
     project = tempfile.mkdtemp(prefix="tether-bench-")
     here = [sys.executable, "-c"]
+    upstream_url = f"http://127.0.0.1:{up_port}/v1"
     upstream = subprocess.Popen(
         [*here, f"from bench.gateway_overhead import *; fake_upstream_main({up_port})"]
+    )
+    floor = subprocess.Popen(
+        [*here, f"from bench.gateway_overhead import *; floor_proxy_main({floor_port}, {upstream_url!r})"]
     )
     gateway = subprocess.Popen(
         [
             *here,
-            f"from bench.gateway_overhead import *; gateway_main({gw_port}, "
-            f"'http://127.0.0.1:{up_port}/v1', {project!r})",
+            f"from bench.gateway_overhead import *; gateway_main({gw_port}, {upstream_url!r}, {project!r})",
         ]
     )
+    names = ("direct", "floor", "gateway")
+    results: dict[str, list[tuple[float, float, float]]] = {name: [] for name in names}
     try:
-        wait_port(up_port)
-        wait_port(gw_port)
+        for port in (up_port, floor_port, gw_port):
+            wait_port(port)
         rollout_id, key = (Path(project) / "creds").read_text().split()
-        direct = f"http://127.0.0.1:{up_port}/v1/chat/completions"
-        through = f"http://127.0.0.1:{gw_port}/rollouts/{rollout_id}/v1/chat/completions"
-        asyncio.run(load(through, key, 200, 4))  # warm-up
+        path = f"/rollouts/{rollout_id}/v1/chat/completions"
+        urls = {
+            "direct": f"http://127.0.0.1:{up_port}/v1/chat/completions",
+            "floor": f"http://127.0.0.1:{floor_port}{path}",
+            "gateway": f"http://127.0.0.1:{gw_port}{path}",
+        }
+        for name in ("floor", "gateway"):
+            asyncio.run(load(urls[name], key, 200, 4))  # warm-up
         rss_before = rss_mib(gateway.pid)
-        rows = []
-        for name, url in (("direct", direct), ("gateway", through)):
-            single, _ = asyncio.run(load(url, key, args.calls // 4, 1))
-            _, throughput = asyncio.run(load(url, key, args.calls, args.clients))
-            rows.append((name, percentile(single, 50), percentile(single, 99), throughput))
+        for _ in range(args.rounds):
+            for name in names:
+                single, _ = asyncio.run(load(urls[name], key, args.calls // 4, 1))
+                _, throughput = asyncio.run(load(urls[name], key, args.calls, args.clients))
+                results[name].append((percentile(single, 50), percentile(single, 99), throughput))
         rss_after = rss_mib(gateway.pid)
     finally:
-        for process in (gateway, upstream):
+        for process in (gateway, floor, upstream):
             process.terminate()
             process.wait(timeout=30)
-    (_, d50, d99, dtp), (_, g50, g99, gtp) = rows
-    print("| | direct | through gateway | ratio |\n|---|---|---|---|")
-    print(f"| p50 latency, 1 client (ms) | {d50:.2f} | {g50:.2f} | {g50 / d50:.2f}x (+{g50 - d50:.2f} ms) |")
-    print(f"| p99 latency, 1 client (ms) | {d99:.2f} | {g99:.2f} | {g99 / d99:.2f}x |")
-    print(f"| throughput, {args.clients} clients (req/s) | {dtp:.0f} | {gtp:.0f} | {gtp / dtp:.2f}x |")
-    recorded = args.calls + args.calls // 4
+    d50, d99, dtp = (statistics.median(values) for values in zip(*results["direct"], strict=True))
+    f50, f99, ftp = (statistics.median(values) for values in zip(*results["floor"], strict=True))
+    g50, g99, gtp = (statistics.median(values) for values in zip(*results["gateway"], strict=True))
     print(
-        f"\ngateway RSS {rss_before:.0f} MiB before, {rss_after:.0f} MiB after {recorded} recorded calls "
+        "| | direct | floor: bare pass-through proxy, no recording | through gateway | gateway vs direct "
+        "| gateway vs floor |\n|---|---|---|---|---|---|"
+    )
+    print(
+        f"| p50 latency, 1 client (ms) | {d50:.2f} | {f50:.2f} | {g50:.2f} "
+        f"| {g50 / d50:.2f}x (+{g50 - d50:.2f} ms) | {g50 / f50:.2f}x (+{g50 - f50:.2f} ms) |"
+    )
+    print(
+        f"| p99 latency, 1 client (ms) | {d99:.2f} | {f99:.2f} | {g99:.2f} "
+        f"| {g99 / d99:.2f}x | {g99 / f99:.2f}x |"
+    )
+    print(
+        f"| throughput, {args.clients} clients (req/s) | {dtp:.0f} | {ftp:.0f} | {gtp:.0f} "
+        f"| {gtp / dtp:.2f}x | {gtp / ftp:.2f}x |"
+    )
+    recorded = args.rounds * (args.calls + args.calls // 4)
+    print(
+        f"\nmedians of {args.rounds} rounds; gateway RSS {rss_before:.0f} MiB before, "
+        f"{rss_after:.0f} MiB after {recorded} recorded calls "
         f"({(rss_after - rss_before) * 1024 / recorded:.2f} KiB per call)"
     )
     print(f"cpu cores: {os.cpu_count()}")

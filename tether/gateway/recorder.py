@@ -1,89 +1,110 @@
 """Durable span recording with group commits.
 
-Request handlers hand their span to one writer thread and await its commit. The writer takes
-everything that queued up while the previous commit ran and writes it in one transaction, so under
-load many calls share one commit, and an answered call is always on disk before its answer leaves.
+Request handlers hand their span to the recorder and await its commit. The event loop collects spans;
+one commit at a time runs on a single writer thread, and every span that arrives while it runs goes
+into the next one, as one transaction. So under load many calls share one commit, the loop never
+blocks on the store, and an answered call is always on disk before its answer leaves.
 """
 
 from __future__ import annotations
 
 import asyncio
-import queue
 import threading
-from dataclasses import dataclass
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import suppress
+from dataclasses import dataclass, field
 
-from tether.store.base import Store
+from tether.store.base import Store, StoreError
 from tether.store.models import Span
 
 MAX_BATCH = 1024
 
 
-@dataclass
-class _Pending:
-    span: Span
-    future: asyncio.Future[None]
+@dataclass(eq=False)
+class _Batcher:
+    """The spans waiting for a commit on one event loop (a server has one; tests may start several)."""
+
     loop: asyncio.AbstractEventLoop
-
-
-def _resolve(future: asyncio.Future[None], error: BaseException | None) -> None:
-    if future.done():
-        return
-    if error is None:
-        future.set_result(None)
-    else:
-        future.set_exception(error)
+    spans: list[Span] = field(default_factory=list)
+    waiters: list[asyncio.Future[None]] = field(default_factory=list)
+    committing: bool = False
 
 
 class SpanRecorder:
     def __init__(self, store: Store) -> None:
         self._store = store
-        self._queue: queue.SimpleQueue[_Pending | None] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._run, name="tether-span-writer", daemon=True)
-        self._thread.start()
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tether-span-writer")
+        self._batchers: dict[asyncio.AbstractEventLoop, _Batcher] = {}
+        self._lock = threading.Lock()
         self.batches = 0
         self.recorded = 0
 
     async def record(self, span: Span) -> None:
         """Return once the span is committed; raise the store's error if it could not be."""
         loop = asyncio.get_running_loop()
+        batcher = self._batchers.get(loop)
+        if batcher is None:
+            batcher = self._batcher(loop)
         future: asyncio.Future[None] = loop.create_future()
-        self._queue.put(_Pending(span, future, loop))
-        await asyncio.shield(future)
+        batcher.spans.append(span)
+        batcher.waiters.append(future)
+        if not batcher.committing:
+            batcher.committing = True
+            # At the end of this loop iteration, so that spans of calls finishing together share it.
+            loop.call_soon(self._flush, batcher)
+        # A cancelled caller stops waiting; its span is still committed with the others.
+        await future
 
-    def _run(self) -> None:
-        while True:
-            first = self._queue.get()
-            if first is None:
-                return
-            batch = [first]
-            stop = False
-            while len(batch) < MAX_BATCH:
-                try:
-                    item = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if item is None:
-                    stop = True
-                    break
-                batch.append(item)
-            self._commit(batch)
-            if stop:
-                return
+    def _batcher(self, loop: asyncio.AbstractEventLoop) -> _Batcher:
+        with self._lock:
+            for old in [old for old in self._batchers if old.is_closed()]:
+                del self._batchers[old]
+            return self._batchers.setdefault(loop, _Batcher(loop))
 
-    def _commit(self, batch: list[_Pending]) -> None:
-        error: BaseException | None = None
+    def _flush(self, batcher: _Batcher) -> None:
+        spans, waiters = batcher.spans[:MAX_BATCH], batcher.waiters[:MAX_BATCH]
+        del batcher.spans[:MAX_BATCH], batcher.waiters[:MAX_BATCH]
         try:
-            self._store.add_spans([pending.span for pending in batch])
-            self.batches += 1
-            self.recorded += len(batch)
-        except Exception as exc:  # the store's error goes back to every waiting call
-            error = exc
-        for pending in batch:
-            try:
-                pending.loop.call_soon_threadsafe(_resolve, pending.future, error)
-            except RuntimeError:  # the caller's loop is closed
+            done = self._executor.submit(self._commit, spans)
+        except RuntimeError:  # closed
+            self._settle(batcher, waiters, StoreError("the gateway is shutting down: span recording stopped"))
+            return
+        done.add_done_callback(lambda done: self._committed(batcher, waiters, done))
+
+    def _commit(self, spans: list[Span]) -> None:
+        self._store.add_spans(spans)
+        self.batches += 1
+        self.recorded += len(spans)
+
+    def _committed(self, batcher: _Batcher, waiters: list[asyncio.Future[None]], done: Future[None]) -> None:
+        # On the writer thread: one wake-up of the loop per commit, not one per call.
+        error = done.exception()
+        try:
+            batcher.loop.call_soon_threadsafe(self._settle, batcher, waiters, error)
+        except RuntimeError:  # the loop is closed: nobody is waiting any more
+            pass
+
+    def _settle(
+        self, batcher: _Batcher, waiters: list[asyncio.Future[None]], error: BaseException | None
+    ) -> None:
+        for future in waiters:
+            if future.done():
                 continue
+            if error is None:
+                future.set_result(None)
+            else:
+                future.set_exception(error)
+        if batcher.spans:
+            self._flush(batcher)  # what queued up during this commit: the next group
+        else:
+            batcher.committing = False
 
     def close(self) -> None:
-        self._queue.put(None)
-        self._thread.join(timeout=10)
+        """Let the writer finish the commits handed to it (for up to 10 seconds), then stop it."""
+        try:
+            last = self._executor.submit(lambda: None)
+        except RuntimeError:  # already closed
+            return
+        self._executor.shutdown(wait=False)
+        with suppress(TimeoutError):
+            last.result(timeout=10)
