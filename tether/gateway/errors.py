@@ -4,39 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-from starlette.responses import Response
+from tether.errors import APIError
 
 
-class GatewayError(Exception):
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        *,
-        type: str = "invalid_request_error",
-        code: str | None = None,
-        param: str | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.type = type
-        self.code = code
-        self.param = param
-        self.headers = headers or {}
-
-    def body(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
-
-    def response(self) -> Response:
-        return Response(
-            orjson.dumps(self.body()),
-            status_code=self.status,
-            media_type="application/json",
-            headers=self.headers,
-        )
+class GatewayError(APIError):
+    """An error the gateway answers a model call or admin request with."""
 
 
 class UpstreamError(GatewayError):

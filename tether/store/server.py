@@ -22,6 +22,7 @@ from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tether.auth import TokenAuthority
+from tether.errors import APIError
 from tether.store.base import InvalidTransition, NotFound, Store, StoreAuthError, StoreError
 from tether.store.models import (
     Attempt,
@@ -113,23 +114,14 @@ class ErrorResponse(BaseModel):
     error: ErrorBody
 
 
-class StoreAPIError(Exception):
-    def __init__(
-        self, status: int, message: str, *, type: str, code: str | None = None, param: str | None = None
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.type = type
-        self.code = code
-        self.param = param
+class StoreAPIError(APIError):
+    """An error the store API answers with."""
 
 
 def _error_response(
     status: int, message: str, type: str, code: str | None = None, param: str | None = None
 ) -> Response:
-    body = {"error": {"message": message, "type": type, "param": param, "code": code}}
-    return Response(orjson.dumps(body), status_code=status, media_type="application/json")
+    return APIError(status, message, type=type, code=code, param=param).response()
 
 
 # -- error handlers -----------------------------------------------------------------------------------

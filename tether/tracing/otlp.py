@@ -39,6 +39,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1 import trace_pb2
 
 from tether.auth import TokenAuthority, bearer_token
+from tether.errors import APIError
 from tether.store.base import NotFound, Store, StoreError
 from tether.store.models import Rollout, Span, SpanEvent
 
@@ -54,17 +55,8 @@ _PARSE_PREFIX = re.compile(r"Failed to parse (\w+) field: ")
 _ID_FIELDS = {"traceId": 16, "spanId": 8, "parentSpanId": 8}
 
 
-class OTLPError(Exception):
-    def __init__(self, status: int, message: str, *, type: str = "invalid_request_error", code: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.type = type
-        self.code = code
-
-    def response(self) -> Response:
-        body = {"error": {"message": self.message, "type": self.type, "param": None, "code": self.code}}
-        return Response(orjson.dumps(body), status_code=self.status, media_type=JSON)
+class OTLPError(APIError):
+    """An error the OTLP receiver answers with (always JSON, whatever the request's encoding)."""
 
 
 def _bad_request(message: str, code: str = "invalid_otlp") -> OTLPError:
