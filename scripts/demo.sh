@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
-# The main job: train an unmodified OpenAI-client agent (examples/calc_agent) on this CPU with RL, and
+# The main job: train an unmodified OpenAI-client agent (examples/arith_agent) on this CPU with RL, and
 # print its held-out accuracy before and after. The agent only ever sees OPENAI_BASE_URL/OPENAI_API_KEY.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 project=demo-project
 steps="${TETHER_DEMO_STEPS:-12}"
 mkdir -p "$project"
-python examples/calc_agent/tasks.py --out-dir "$project/data" --train 200 --val 32 --seed 0
+python examples/arith_agent/tasks.py --out-dir "$project/data" --train 200 --val 32 --seed 0
 tether train \
   --project-dir "$project" \
-  --agent "python examples/calc_agent/agent.py" \
+  --agent "python examples/arith_agent/agent.py" \
   --tasks "$project/data/train.jsonl" \
   --val-tasks "$project/data/val.jsonl" \
-  --reward examples/calc_agent/reward.py:correct \
+  --reward examples/arith_agent/reward.py:correct \
   --model "${TETHER_DEMO_MODEL:-smollm2-135m}" \
   --algorithm grpo --group-size 8 --tasks-per-step 3 --steps "$steps" --val-every 4 \
   --run-name "demo-$(date +%Y%m%d-%H%M%S)" "$@"

@@ -25,6 +25,7 @@ from starlette.types import Receive, Scope, Send
 from tether.auth import TokenAuthority, bearer_token
 from tether.gateway.admission import Admission
 from tether.gateway.errors import GatewayError, UpstreamError, forbidden, unauthorized
+from tether.gateway.prompts import apply_prompt_override
 from tether.gateway.recorder import SpanRecorder
 from tether.gateway.upstreams import CallKind, CallRecord, HTTPUpstream, HTTPUpstreamConfig, Upstream, sse
 from tether.store.base import NotFound, Store, StoreError
@@ -39,6 +40,7 @@ CALL_PATH = re.compile(
     r"/(?:rollouts/([^/]+)/(?:attempts/([0-9]{1,18})/)?)?v1/(chat/completions|completions)"
 )
 SAMPLING_OVERRIDES = "sampling_overrides"  # rollout metadata key
+PROMPT_OVERRIDE = "prompt_override"  # rollout metadata key: a system prompt put in place of the agent's
 MAX_BODY_BYTES = 8 * 1024 * 1024
 ROLLOUT_CACHE_S = 1.0
 ROLLOUT_CACHE_SIZE = 4096
@@ -68,6 +70,8 @@ class CallContext:
     agent: str | None
     # Sampling parameters the run imposes on this rollout's calls (e.g. temperature 0 for validation).
     overrides: dict[str, Any] = field(default_factory=dict)
+    # A candidate system prompt under evaluation (prompt optimization), applied to chat calls.
+    prompt_override: Any = None
 
 
 @dataclass
@@ -154,7 +158,9 @@ class Gateway:
                 code="stale_attempt",
             )
         overrides = rollout.metadata.get(SAMPLING_OVERRIDES) or {}
-        return CallContext(rollout_id, attempt, agent, dict(overrides))
+        return CallContext(
+            rollout_id, attempt, agent, dict(overrides), rollout.metadata.get(PROMPT_OVERRIDE)
+        )
 
     def _rollout(self, rollout_id: str) -> Rollout:
         """The rollout, from a small cache that is valid while no rollout changed in this process's store
@@ -305,6 +311,8 @@ class Gateway:
         """Make an authorized call: the JSON answer, or the streaming response that relays it."""
         if ctx.overrides:
             body = {**body, **ctx.overrides}
+        if ctx.prompt_override is not None and kind == "chat":
+            body = apply_prompt_override(body, ctx.prompt_override)
         upstream = self.route(body.get("model"))
         if body.get("stream"):
             return await self._stream_call(ctx, kind, body, upstream, started)
