@@ -136,3 +136,46 @@ def test_plot_draws_the_curves(tmp_path: Path) -> None:
     assert (tmp_path / "curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(SystemExit, match="no metrics"):
         main(["plot", str(tmp_path / "nowhere")])
+
+
+async def two_role_agent(task: dict, llm) -> str:  # noqa: ANN001
+    """A writer and a checker, told apart only by the model alias each asks for."""
+    client = openai.AsyncOpenAI(base_url=llm.base_url, api_key=llm.api_key, max_retries=0)
+    draft = await client.chat.completions.create(
+        model="writer", messages=[{"role": "user", "content": task["question"]}], max_tokens=6
+    )
+    text = draft.choices[0].message.content or ""
+    await client.chat.completions.create(
+        model="checker", messages=[{"role": "user", "content": f"Check: {text}"}], max_tokens=4
+    )
+    return text
+
+
+def test_multi_agent_run_trains_only_the_selected_agents(tmp_path: Path) -> None:
+    trainer = make_trainer(
+        tmp_path,
+        steps=1,
+        tasks_per_step=3,  # three groups: the chance that none has reward variance is 1/512
+        val_every=0,
+        checkpoint_every=0,
+        agents=["writer"],
+        fixed_agents={"checker": None},
+    )
+    result = trainer.fit(CallableAgent(two_role_agent), TASKS, TASKS[:1], even_length)
+    [train] = [r for r in result.history if r["kind"] == "train"]
+    assert train["agent.writer.calls"] == 12 and train["agent.checker.calls"] == 12
+    assert train["agent.writer.transitions"] == 12 and train["agent.checker.transitions"] == 0
+    spans = [
+        s for r in trainer.store.list_rollouts(limit=100) for s in trainer.store.query_spans(rollout_id=r.id)
+    ]
+    upstream_of = {(s.attributes["agent"], s.attributes["upstream"]) for s in spans}
+    assert upstream_of == {("writer", "policy"), ("checker", "base")}
+    assert "train.loss" in train
+    # after the update the writer is served by the new policy version; the checker's model never moves
+    assert {s.attributes["policy_version"] for s in spans if s.attributes["agent"] == "checker"} == {0}
+    assert {s.attributes["policy_version"] for s in spans if s.attributes["agent"] == "writer"} == {0, 1}
+
+
+def test_an_agent_cannot_be_both_trained_and_fixed() -> None:
+    with pytest.raises(ValueError, match="both trained and fixed: checker"):
+        TrainerConfig(model="tiny-random", agents=["checker"], fixed_agents={"checker": None})

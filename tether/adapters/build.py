@@ -38,6 +38,8 @@ from tether.store.base import Store
 from tether.store.models import Reward, Rollout, Span
 
 LLM_SPAN_PREFIX = "llm."
+# OpenTelemetry attributes that name the agent a span belongs to, in order of preference.
+AGENT_ATTRIBUTES = ("tether.agent", "gen_ai.agent.name", "agent.name", "agent_name")
 ALL_ROWS = 1_000_000_000
 
 Attempts = Literal["last", "all"]
@@ -54,6 +56,7 @@ class TransitionReport:
     merge_breaks: Counter[str] = field(default_factory=Counter)
     skipped: Counter[str] = field(default_factory=Counter)
     rollouts_without_reward: int = 0
+    calls_by_agent: Counter[str] = field(default_factory=Counter)
 
     @property
     def trained_tokens(self) -> int:
@@ -156,14 +159,18 @@ def build_transitions(
     *,
     merge: bool = False,
     agents: Collection[str] | None = None,
+    exclude_agents: Collection[str] = (),
     reward_name: str | None = None,
     attempts: Attempts = "last",
     choice: int = 0,
 ) -> TransitionReport:
-    """Build transitions from the recorded calls of rollouts (objects or ids); see the module docstring."""
+    """Build transitions from the recorded calls of rollouts (objects or ids); see the module docstring.
+
+    `agents` keeps only those agents' calls; `exclude_agents` drops those (e.g. agents served by a fixed
+    model). Either way the skipped calls are counted as `agent_not_selected`."""
     if attempts not in ("last", "all"):
         raise ValueError(f"attempts must be 'last' or 'all', not {attempts!r}")
-    selected = None if agents is None else frozenset(agents)
+    selected = _AgentFilter(agents, exclude_agents)
     report = TransitionReport()
     for item in rollouts:
         rollout = store.get_rollout(item) if isinstance(item, str) else item
@@ -186,7 +193,7 @@ def _build_rollout(
     report: TransitionReport,
     *,
     merge: bool,
-    agents: frozenset[str] | None,
+    agents: _AgentFilter,
     reward_name: str | None,
     attempts: Attempts,
     choice: int,
@@ -195,6 +202,7 @@ def _build_rollout(
     spans = store.query_spans(rollout_id=rollout.id, limit=ALL_ROWS)
     rewards = store.query_rewards(rollout.id)
     calls = [span for span in spans if span.name.startswith(LLM_SPAN_PREFIX)]
+    _label_agents(spans, calls)
     last = _last_attempt(rollout, calls)
     by_attempt = _group_by_attempt(calls, last)
     step_rewards = _step_rewards(rewards, spans, calls, last)
@@ -210,6 +218,51 @@ def _build_rollout(
     for chain in _chains(ordered, report, merge=merge, agents=agents, choice=choice):
         reward = finals[chain.first.attempt]
         report.transitions.append(chain.transition(rollout, 0.0 if reward is None else reward, step_rewards))
+
+
+@dataclass(frozen=True)
+class _AgentFilter:
+    include: Collection[str] | None
+    exclude: Collection[str]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "include", None if self.include is None else frozenset(self.include))
+        object.__setattr__(self, "exclude", frozenset(self.exclude))
+
+    def selects(self, agent: str | None) -> bool:
+        if agent in self.exclude:
+            return False
+        return self.include is None or agent in self.include
+
+
+def _label_agents(spans: Sequence[Span], calls: Sequence[Span]) -> None:
+    """Name each call's agent. An agent that says who it is (the X-Tether-Agent header) is believed;
+    otherwise an enclosing OpenTelemetry span that names an agent (the call carried its `traceparent`)
+    wins over the model alias the call asked for."""
+    by_id = {span.span_id: span for span in spans}
+    for call in calls:
+        attrs = call.attributes
+        if attrs.get("agent_source") == "header":
+            continue
+        name = _enclosing_agent(call, by_id)
+        if name is not None:
+            call.attributes = {**attrs, "agent": name, "agent_source": "trace"}
+
+
+def _enclosing_agent(call: Span, by_id: dict[str, Span]) -> str | None:
+    seen: set[str] = set()
+    parent_id = call.parent_id
+    while parent_id is not None and parent_id not in seen:
+        seen.add(parent_id)
+        parent = by_id.get(parent_id)
+        if parent is None:
+            return None
+        for key in AGENT_ATTRIBUTES:
+            value = parent.attributes.get(key)
+            if isinstance(value, str) and value:
+                return value
+        parent_id = parent.parent_id
+    return None
 
 
 def _attempt_order(attempt: int | None) -> int:
@@ -239,7 +292,7 @@ def _chains(
     report: TransitionReport,
     *,
     merge: bool,
-    agents: frozenset[str] | None,
+    agents: _AgentFilter,
     choice: int,
 ) -> list[_Chain]:
     chains: list[_Chain] = []
@@ -247,6 +300,7 @@ def _chains(
     for attempt, spans in attempts:
         for index, span in enumerate(spans):
             report.calls += 1
+            report.calls_by_agent[str(span.attributes.get("agent"))] += 1
             call = _read_call(span, index, attempt, agents, choice)
             if isinstance(call, str):
                 report.skipped[call] += 1
@@ -267,15 +321,13 @@ def _chains(
     return chains
 
 
-def _read_call(
-    span: Span, index: int, attempt: int | None, agents: frozenset[str] | None, choice: int
-) -> _Call | str:
+def _read_call(span: Span, index: int, attempt: int | None, agents: _AgentFilter, choice: int) -> _Call | str:
     """The call's ids and logprobs, or why it cannot become a transition."""
     attrs: dict[str, Any] = span.attributes
     if span.status == "error" or "error" in attrs:
         return "failed_call"
     agent = attrs.get("agent")
-    if agents is not None and agent not in agents:
+    if not agents.selects(agent):
         return "agent_not_selected"
     picked = next((c for c in attrs.get("choices") or [] if c.get("index") == choice), None)
     if picked is None:

@@ -60,7 +60,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         action="append",
         default=None,
         metavar="NAME",
-        help="train only the calls of this agent name (repeatable; default all)",
+        help="train only the calls of this agent name (repeatable; default all). An agent is named by "
+        "its X-Tether-Agent header, an enclosing OpenTelemetry span's agent name, or its model alias",
+    )
+    parser.add_argument(
+        "--fixed-agent",
+        action="append",
+        default=None,
+        metavar="ALIAS[=URL]",
+        help="serve calls for this model alias with a fixed model that is never trained: the built-in "
+        "base model, or the OpenAI-compatible server at URL (repeatable)",
     )
     parser.add_argument(
         "--async",
@@ -80,6 +89,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--project-dir", default=None, help="project directory holding .tether/ (default: cwd)"
     )
     parser.set_defaults(run=run, n_workers=None)
+
+
+def _fixed_agents(values: list[str]) -> dict[str, str | None]:
+    fixed: dict[str, str | None] = {}
+    for value in values:
+        alias, _, url = value.partition("=")
+        if not alias:
+            raise SystemExit(f"tether train: --fixed-agent {value!r}: expected ALIAS or ALIAS=URL")
+        fixed[alias] = url or None
+    return fixed
 
 
 def _run_dir(project: Project, name: str | None, resume: bool) -> Path:
@@ -128,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
             checkpoint_every=args.checkpoint_every,
             merge=not args.no_merge,
             agents=args.train_agent,
+            fixed_agents=_fixed_agents(args.fixed_agent or []),
             async_mode=args.async_mode,
             max_staleness=args.max_staleness,
             seed=args.seed,

@@ -17,7 +17,7 @@ import ctypes
 import random
 import statistics
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -27,10 +27,17 @@ from typing import Any
 import httpx
 from rich.console import Console
 
-from tether.adapters import Transition, build_transitions
+from tether.adapters import Transition, TransitionReport, build_transitions
 from tether.algorithms import AdvantageBatch, assign_advantages
 from tether.engines.transformers_engine import TransformersEngine
-from tether.gateway import EngineUpstream, Gateway, GatewayConfig, create_gateway_app
+from tether.gateway import (
+    EngineUpstream,
+    Gateway,
+    GatewayConfig,
+    HTTPUpstream,
+    HTTPUpstreamConfig,
+    create_gateway_app,
+)
 from tether.gateway.app import SAMPLING_OVERRIDES
 from tether.gateway.server import BackgroundServer
 from tether.runner import AgentEndpoints, Runner, RunnerConfig
@@ -59,6 +66,9 @@ class TrainerConfig:
     checkpoint_every: int = 5
     merge: bool = True
     agents: list[str] | None = None  # train only these agents' calls (default: all)
+    # Agents (model aliases) served by a fixed model and never trained: alias -> an OpenAI-compatible
+    # base URL, or None for the built-in base model without the adapter being trained.
+    fixed_agents: dict[str, str | None] = field(default_factory=dict)
     async_mode: bool = False
     max_staleness: int = 1
     sft_threshold: float = 1.0  # sft: train on rollouts whose reward is at least this
@@ -74,6 +84,9 @@ class TrainerConfig:
         if self.algorithm != "sft" and self.group_size < 2:
             raise ValueError(f"{self.algorithm} compares rollouts of a task: --group-size must be at least 2")
         self.policy.model = self.model
+        both = sorted(set(self.agents or ()) & set(self.fixed_agents))
+        if both:
+            raise ValueError(f"agents both trained and fixed: {', '.join(both)}")
 
 
 @dataclass
@@ -139,6 +152,7 @@ class Trainer:
             policy = PolicyTrainer(config.policy)
         gateway = Gateway(self.store, self.auth, GatewayConfig(hold_limit_s=600))
         gateway.add_upstream(EngineUpstream(engine, name="policy"))
+        base_engine = self._add_fixed_upstreams(gateway)
         try:
             with BackgroundServer(create_gateway_app(gateway)) as url:
                 gateway.config.public_url = url
@@ -153,7 +167,29 @@ class Trainer:
                 return asyncio.run(session.run(resume))
         finally:
             engine.close()
+            if base_engine is not None:
+                base_engine.close()
             self.log.close()
+
+    def _add_fixed_upstreams(self, gateway: Gateway) -> TransformersEngine | None:
+        """Route each fixed agent's model alias to its own upstream; the built-in base model (a second,
+        frozen copy) is loaded only when some fixed agent uses it."""
+        base_engine = None
+        for alias, url in self.config.fixed_agents.items():
+            if url is None:
+                if base_engine is None:
+                    base_engine = TransformersEngine(
+                        self.config.model,
+                        max_batch_size=self.config.n_workers,
+                        threads=self.config.engine_threads,
+                    )
+                    gateway.add_upstream(EngineUpstream(base_engine, name="base"))
+                gateway.config.routes[alias] = "base"
+            else:
+                name = f"fixed:{alias}"
+                gateway.add_upstream(HTTPUpstream(HTTPUpstreamConfig(name=name, base_url=url)))
+                gateway.config.routes[alias] = name
+        return base_engine
 
     def record(self, record: dict[str, Any]) -> None:
         self.history.append(record)
@@ -225,6 +261,7 @@ class _Session:
             [o.rollout_id for o in outcomes],
             merge=self.config.merge,
             agents=self.config.agents,
+            exclude_agents=tuple(self.config.fixed_agents),
         )
         rewards = [o.reward if o.reward is not None else 0.0 for o in outcomes]
         seconds = time.monotonic() - started
@@ -241,6 +278,7 @@ class _Session:
             else 0.0,
             "rollout_seconds": seconds,
             "rollouts_per_s": len(outcomes) / max(seconds, 1e-9),
+            **_per_agent(report),
         }
         return report.transitions, stats
 
@@ -432,3 +470,13 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, Path):
         return str(value)
     return value
+
+
+def _per_agent(report: TransitionReport) -> dict[str, int]:
+    """Calls and transitions per agent name, for the metrics log (`agent.<name>.calls`, ...)."""
+    transitions = Counter(str(t.agent) for t in report.transitions)
+    stats: dict[str, int] = {}
+    for agent in sorted(report.calls_by_agent):
+        stats[f"agent.{agent}.calls"] = report.calls_by_agent[agent]
+        stats[f"agent.{agent}.transitions"] = transitions[agent]
+    return stats
