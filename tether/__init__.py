@@ -1,6 +1,6 @@
 """Tether: train existing AI agents with reinforcement learning, with zero changes to their code.
 
-For agents: `tether.emit_reward`, `tether.span`, `tether.traced`. For training:
+For agents: `tether.emit_reward`, `tether.span`, `tether.traced`, `tether.get_prompt`. For training:
 `tether.Trainer(tether.TrainerConfig(...), ...).fit(agent, train_tasks, val_tasks, evaluator)` with a
 `tether.CommandAgent` or `tether.CallableAgent`. The trainer's names load torch on first use.
 """
@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 # generation by an order of magnitude (measured: 2.2 vs 31 tokens/s on 2 cores). Set before torch loads.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+from tether.prompts import get_prompt  # noqa: E402
 from tether.runner import CallableAgent, CommandAgent, load_tasks  # noqa: E402
 from tether.store import Reward, Rollout, RolloutStatus, Span, SQLiteStore, Task, open_store  # noqa: E402
 from tether.tracing import emit_reward, span, traced  # noqa: E402
@@ -42,6 +43,7 @@ __all__ = [
     "TrainerConfig",
     "__version__",
     "emit_reward",
+    "get_prompt",
     "load_tasks",
     "open_store",
     "span",

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
 
 import openai
 import pytest
 import torch
 
-from tests.rigs import GatewayRig
+from tests.rigs import GatewayRig, make_engine_rig
+from tether.engines.transformers_engine import TransformersEngine
 
 MESSAGES = [{"role": "user", "content": "Count to five."}]
 
@@ -118,3 +122,215 @@ def test_adapter_swap_changes_recorded_policy_version(engine_rig: GatewayRig, ti
     llm.chat.completions.create(model="policy", messages=MESSAGES, max_tokens=4, temperature=0)
     versions = [s.attributes["policy_version"] for s in engine_rig.store.query_spans(rollout_id=rollout_id)]
     assert versions == [before, version] and version == before + 1
+
+
+# -- tool calls ---------------------------------------------------------------------------------------
+
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Weather in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+TOOL_MESSAGES = [{"role": "user", "content": "Weather in Paris and Oslo?"}]
+TWO_CALLS = (
+    'Let me look.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
+    '<tool_call>\n{"name": "get_weather", "arguments": "{\\"city\\": \\"Oslo\\"}"}\n</tool_call>'
+)
+BROKEN_CALL = 'Sure <tool_call>\n{"name": "get_weather", "arguments": {"city": </tool_call>'
+
+
+class ScriptedEngine(TransformersEngine):
+    """The tiny engine with its sampler replaced by a script: every row emits `script`, then EOS.
+
+    Everything else is the real engine: decoding loop, streaming text, and logprobs of the scripted
+    tokens under the model, so the gateway records exactly what a model writing this text would give.
+    """
+
+    script: list[int] = []  # noqa: RUF012
+
+    def _sample_and_emit(self, rows, logits):  # noqa: ANN001, ANN202
+        logprobs = torch.log_softmax(logits.float(), dim=-1)
+        chosen = torch.tensor([self._scripted(len(row.token_ids)) for row in rows], device=logits.device)
+        picked = logprobs.gather(1, chosen[:, None]).squeeze(1)
+        for row, token, logprob in zip(rows, chosen.tolist(), picked.tolist(), strict=True):
+            if not row.done:
+                self._emit(row, token, logprob)
+        return chosen
+
+    def _scripted(self, step: int) -> int:
+        return self.script[step] if step < len(self.script) else min(self.eos_token_ids)
+
+
+@pytest.fixture(scope="module")
+def scripted_engine() -> Iterator[ScriptedEngine]:
+    engine = ScriptedEngine("tiny-random", max_batch_size=4)
+    yield engine
+    engine.close()
+
+
+@pytest.fixture
+def scripted_rig(tmp_path: Path, scripted_engine: ScriptedEngine) -> Iterator[GatewayRig]:
+    yield from make_engine_rig(tmp_path, scripted_engine)
+
+
+def script(engine: ScriptedEngine, text: str) -> list[int]:
+    """Make the engine write `text`; returns the ids it will generate (the text's, then EOS)."""
+    engine.script = engine.encode(text)
+    assert engine.decode(engine.script) == text
+    return engine.script + [min(engine.eos_token_ids)]
+
+
+def only_span(rig: GatewayRig, rollout_id: str):  # noqa: ANN201
+    spans = rig.store.query_spans(rollout_id=rollout_id)
+    assert len(spans) == 1
+    return spans[0]
+
+
+def test_tool_calls_come_back_parsed_and_raw_ids_are_recorded(
+    scripted_rig: GatewayRig, scripted_engine: ScriptedEngine
+) -> None:
+    expected_ids = script(scripted_engine, TWO_CALLS)
+    rollout_id, base_url, key = scripted_rig.session()
+    reply = client(base_url, key).chat.completions.create(
+        model="policy", messages=TOOL_MESSAGES, tools=[WEATHER_TOOL], max_tokens=200
+    )
+    choice = reply.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    assert choice.message.content == "Let me look."
+    calls = choice.message.tool_calls
+    assert [(c.type, c.function.name, json.loads(c.function.arguments)) for c in calls] == [
+        ("function", "get_weather", {"city": "Paris"}),
+        ("function", "get_weather", {"city": "Oslo"}),
+    ]
+    assert all(c.id.startswith("call_") for c in calls) and calls[0].id != calls[1].id
+
+    span = only_span(scripted_rig, rollout_id)
+    recorded = span.attributes["choices"][0]
+    assert recorded["token_ids"] == expected_ids
+    assert recorded["text"] == TWO_CALLS and "tool_parse_error" not in recorded
+    prompt_ids = scripted_engine.chat_prompt_ids(TOOL_MESSAGES, [WEATHER_TOOL])
+    assert span.attributes["prompt_token_ids"] == prompt_ids
+    assert "# Tools" in scripted_engine.decode(prompt_ids)
+    assert recorded["logprobs"] == pytest.approx(
+        forward_logprobs(scripted_engine, prompt_ids, expected_ids), abs=1e-4
+    )
+    assert span.attributes["response"]["choices"][0]["message"]["tool_calls"][0]["id"] == calls[0].id
+
+
+def test_streamed_tool_calls_accumulate_in_the_sdk(
+    scripted_rig: GatewayRig, scripted_engine: ScriptedEngine
+) -> None:
+    expected_ids = script(scripted_engine, TWO_CALLS)
+    rollout_id, base_url, key = scripted_rig.session()
+    llm = client(base_url, key)
+    with llm.chat.completions.stream(
+        model="policy", messages=TOOL_MESSAGES, tools=[WEATHER_TOOL], max_tokens=200, logprobs=True
+    ) as stream:
+        events = list(stream)
+        final = stream.get_final_completion()
+    done = [e for e in events if e.type == "tool_calls.function.arguments.done"]
+    assert [(e.index, e.name) for e in done] == [(0, "get_weather"), (1, "get_weather")]
+    content_deltas = [e.delta for e in events if e.type == "content.delta"]
+    assert "".join(content_deltas) == "Let me look."
+    assert all("<" not in piece for piece in content_deltas)  # no half tool call leaked as content
+    choice = final.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    assert choice.message.content == "Let me look."
+    assert [json.loads(c.function.arguments) for c in choice.message.tool_calls] == [
+        {"city": "Paris"},
+        {"city": "Oslo"},
+    ]
+    recorded = only_span(scripted_rig, rollout_id).attributes["choices"][0]
+    assert recorded["token_ids"] == expected_ids and recorded["text"] == TWO_CALLS
+    # chunks carry the logprobs of the tokens sent before the first block; the record has them all
+    streamed = [lp.logprob for lp in choice.logprobs.content]
+    assert 0 < len(streamed) < len(expected_ids)
+    assert streamed == pytest.approx(recorded["logprobs"][: len(streamed)])
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_unparseable_call_is_content_with_the_flag_on_the_span(
+    scripted_rig: GatewayRig, scripted_engine: ScriptedEngine, stream: bool
+) -> None:
+    expected_ids = script(scripted_engine, BROKEN_CALL)
+    rollout_id, base_url, key = scripted_rig.session()
+    result = client(base_url, key).chat.completions.create(
+        model="policy", messages=TOOL_MESSAGES, tools=[WEATHER_TOOL], max_tokens=200, stream=stream
+    )
+    if stream:
+        chunks = [chunk for chunk in result if chunk.choices]
+        content = "".join(c.choices[0].delta.content or "" for c in chunks)
+        assert not any(c.choices[0].delta.tool_calls for c in chunks)
+        finish = chunks[-1].choices[0].finish_reason
+    else:
+        content, finish = result.choices[0].message.content, result.choices[0].finish_reason
+        assert result.choices[0].message.tool_calls is None
+    assert content == BROKEN_CALL and finish == "stop"
+    recorded = only_span(scripted_rig, rollout_id).attributes["choices"][0]
+    assert "not valid JSON" in recorded["tool_parse_error"]
+    assert recorded["token_ids"] == expected_ids and recorded["text"] == BROKEN_CALL
+
+
+def test_tool_choice_none_renders_no_tools_and_parses_nothing(
+    scripted_rig: GatewayRig, scripted_engine: ScriptedEngine
+) -> None:
+    script(scripted_engine, TWO_CALLS)
+    rollout_id, base_url, key = scripted_rig.session()
+    reply = client(base_url, key).chat.completions.create(
+        model="policy", messages=TOOL_MESSAGES, tools=[WEATHER_TOOL], tool_choice="none", max_tokens=200
+    )
+    assert reply.choices[0].message.content == TWO_CALLS
+    assert reply.choices[0].message.tool_calls is None and reply.choices[0].finish_reason == "stop"
+    span = only_span(scripted_rig, rollout_id)
+    assert span.attributes["prompt_token_ids"] == scripted_engine.chat_prompt_ids(TOOL_MESSAGES)
+    assert "tool_parse_error" not in span.attributes["choices"][0]
+
+
+def test_a_conversation_with_tool_results_renders_in_the_fallback(
+    scripted_rig: GatewayRig, scripted_engine: ScriptedEngine
+) -> None:
+    script(scripted_engine, "Sunny in Paris.")
+    call = {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+    }
+    messages = [
+        *TOOL_MESSAGES,
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+    ]
+    rollout_id, base_url, key = scripted_rig.session()
+    reply = client(base_url, key).chat.completions.create(
+        model="policy", messages=messages, tools=[WEATHER_TOOL], tool_choice="required", max_tokens=50
+    )
+    assert reply.choices[0].message.content == "Sunny in Paris." and reply.choices[0].finish_reason == "stop"
+    prompt = scripted_engine.decode(only_span(scripted_rig, rollout_id).attributes["prompt_token_ids"])
+    assert (
+        '<|im_start|>assistant\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}'
+        in prompt
+    )
+    assert "<|im_start|>user\n<tool_response>\nsunny\n</tool_response><|im_end|>" in prompt
+    assert "must call at least one" in prompt
+
+
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [
+        ({"tools": [{"type": "function", "function": {"parameters": {}}}]}, "tools"),
+        (
+            {"tools": [WEATHER_TOOL], "tool_choice": {"type": "function", "function": {"name": "nope"}}},
+            "tool_choice",
+        ),
+        ({"tool_choice": "required"}, "tool_choice"),
+    ],
+)
+def test_bad_tools_are_a_clear_400(engine_rig: GatewayRig, extra: dict, param: str) -> None:
+    _, base_url, key = engine_rig.session()
+    with pytest.raises(openai.BadRequestError) as raised:
+        client(base_url, key).chat.completions.create(model="policy", messages=MESSAGES, **extra)
+    assert raised.value.body["param"] == param
+    assert engine_rig.store.query_spans() == []

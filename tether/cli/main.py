@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from tether import __version__
-from tether.cli import plot_cmd, rollout_cmd, serve, store_cmd, train_cmd, transitions_cmd
+from tether.cli import optimize_cmd, plot_cmd, rollout_cmd, serve, store_cmd, train_cmd, transitions_cmd
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,6 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     plot_cmd.add_parser(commands)
     store_cmd.add_parser(commands)
     transitions_cmd.add_parser(commands)
+    optimize_cmd.add_parser(commands)
     return parser
 
 

@@ -51,9 +51,16 @@ class Engine(Protocol):
     policy_version: int
 
     def chat_prompt_ids(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        tool_choice: Any = None,
     ) -> list[int]:
-        """Render chat messages with the model's chat template (generation prompt added) into token ids."""
+        """Render chat messages with the model's chat template (generation prompt added) into token ids.
+
+        `tools` are rendered as `tether.engines.tools` describes; `tool_choice` is `"required"`, a named
+        function (`{"type": "function", "function": {"name": ...}}`) or None.
+        """
         ...
 
     def encode(self, text: str) -> list[int]: ...

@@ -31,6 +31,7 @@ from transformers.cache_utils import DynamicLayer
 
 from .base import GeneratedToken, Generation, GenerationDone, SamplingParams
 from .catalog import CATALOGUE, resolve_model
+from .tools import prepare_messages, template_supports_tools
 
 log = logging.getLogger(__name__)
 
@@ -131,13 +132,19 @@ class TransformersEngine:
         return model.to(self.device).eval()
 
     def chat_prompt_ids(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        tool_choice: Any = None,
     ) -> list[int]:
+        """Render with the chat template; tools natively if the template supports them, else in the
+        fallback format of `tether.engines.tools`."""
+        native = template_supports_tools(self.tokenizer.chat_template)
+        prepared = prepare_messages(messages, tools, tool_choice, native=native)
         kwargs: dict[str, Any] = {"add_generation_prompt": True, "tokenize": True}
-        if tools:
+        if tools and native:
             kwargs["tools"] = tools
-        rendered = self.tokenizer.apply_chat_template([_flatten_message(m) for m in messages], **kwargs)
-        return _as_id_list(rendered)
+        return _as_id_list(self.tokenizer.apply_chat_template(prepared, **kwargs))
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False))
@@ -509,21 +516,6 @@ def _holdback(text: str, stops: list[str]) -> int:
                 held = k
                 break
     return held
-
-
-def _flatten_message(message: dict[str, Any]) -> dict[str, Any]:
-    content = message.get("content")
-    if isinstance(content, list):
-        content = "".join(_part_text(part) for part in content)
-    return {**message, "content": "" if content is None else content}
-
-
-def _part_text(part: Any) -> str:
-    if isinstance(part, str):
-        return part
-    if isinstance(part, dict) and part.get("type", "text") == "text":
-        return str(part.get("text") or "")
-    return ""
 
 
 def _as_id_list(rendered: Any) -> list[int]:

@@ -14,7 +14,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 from fastapi import FastAPI, Request
@@ -24,6 +24,7 @@ from starlette.types import Receive, Scope, Send
 
 from tether.auth import TokenAuthority, bearer_token
 from tether.gateway.admission import Admission
+from tether.gateway.dialects import DIALECTS, Dialect, translated_stream
 from tether.gateway.errors import GatewayError, UpstreamError, forbidden, unauthorized
 from tether.gateway.prompts import apply_prompt_override
 from tether.gateway.recorder import SpanRecorder
@@ -37,10 +38,11 @@ DEFAULT_ROUTE = "*"
 CALL_PREFIXES = ("/v1", "/rollouts/{rollout_id}/v1", "/rollouts/{rollout_id}/attempts/{attempt}/v1")
 # The model-call routes of CALL_PREFIXES, matched by the fast path in front of FastAPI's router.
 CALL_PATH = re.compile(
-    r"/(?:rollouts/([^/]+)/(?:attempts/([0-9]{1,18})/)?)?v1/(chat/completions|completions)"
+    r"/(?:rollouts/([^/]+)/(?:attempts/([0-9]{1,18})/)?)?v1/(chat/completions|completions|responses|messages)"
 )
 SAMPLING_OVERRIDES = "sampling_overrides"  # rollout metadata key
 PROMPT_OVERRIDE = "prompt_override"  # rollout metadata key: a system prompt put in place of the agent's
+TRACEPARENT = re.compile(r"[0-9a-f]{2}-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}")
 MAX_BODY_BYTES = 8 * 1024 * 1024
 ROLLOUT_CACHE_S = 1.0
 ROLLOUT_CACHE_SIZE = 4096
@@ -60,7 +62,14 @@ _SPAN_FIELDS_SET = frozenset(
         "attributes",
     }
 )
-_CALL_KINDS: dict[str, CallKind] = {"chat/completions": "chat", "completions": "completions"}
+# What a model-call route serves: a chat or completions call, or another API translated to a chat call.
+RouteKind = Literal["chat", "completions", "responses", "messages"]
+_CALL_KINDS: dict[str, RouteKind] = {
+    "chat/completions": "chat",
+    "completions": "completions",
+    "responses": "responses",
+    "messages": "messages",
+}
 
 
 @dataclass
@@ -72,6 +81,18 @@ class CallContext:
     overrides: dict[str, Any] = field(default_factory=dict)
     # A candidate system prompt under evaluation (prompt optimization), applied to chat calls.
     prompt_override: Any = None
+    # A call made in another API (`responses`, `messages`): its name and the request as the agent sent it.
+    api: str | None = None
+    api_request: dict[str, Any] | None = None
+    # The agent's OpenTelemetry context (its `traceparent` header): the call's span joins that trace,
+    # under the agent's span, which may name the agent (see `tether.adapters.build`).
+    trace_id: str | None = None
+    parent_span_id: str | None = None
+
+    def join_trace(self, traceparent: str | None) -> None:
+        match = TRACEPARENT.fullmatch(traceparent.strip().lower()) if traceparent else None
+        if match is not None and match.group(1).strip("0") and match.group(2).strip("0"):
+            self.trace_id, self.parent_span_id = match.group(1), match.group(2)
 
 
 @dataclass
@@ -122,9 +143,11 @@ class Gateway:
     def authorize_call(
         self, request: Request, path_rollout: str | None, path_attempt: int | None
     ) -> CallContext:
-        return self.authorize(
+        ctx = self.authorize(
             _request_token(request), request.headers.get("x-tether-agent"), path_rollout, path_attempt
         )
+        ctx.join_trace(request.headers.get("traceparent"))
+        return ctx
 
     def authorize(
         self, token: str | None, agent: str | None, path_rollout: str | None, path_attempt: int | None
@@ -158,9 +181,7 @@ class Gateway:
                 code="stale_attempt",
             )
         overrides = rollout.metadata.get(SAMPLING_OVERRIDES) or {}
-        return CallContext(
-            rollout_id, attempt, agent, dict(overrides), rollout.metadata.get(PROMPT_OVERRIDE)
-        )
+        return CallContext(rollout_id, attempt, agent, dict(overrides), rollout.metadata.get(PROMPT_OVERRIDE))
 
     def _rollout(self, rollout_id: str) -> Rollout:
         """The rollout, from a small cache that is valid while no rollout changed in this process's store
@@ -237,11 +258,14 @@ class Gateway:
             "call": kind,
             "model": body.get("model"),
             "agent": ctx.agent or body.get("model"),
+            "agent_source": "header" if ctx.agent else "model",
             "upstream": upstream.name,
             "stream": bool(body.get("stream")),
             "latency_ms": round((ended - started) * 1000, 3),
             "request": body,
         }
+        if ctx.api is not None:
+            attributes.update(api=ctx.api, request=ctx.api_request, chat_request=body)
         if ctx.overrides:
             attributes["overrides"] = ctx.overrides
         if record is not None:
@@ -255,6 +279,7 @@ class Gateway:
                         "finish_reason": c.finish_reason,
                         "token_ids": c.token_ids,
                         "logprobs": c.logprobs,
+                        **({"tool_parse_error": c.tool_parse_error} if c.tool_parse_error else {}),
                     }
                     for c in record.choices
                 ],
@@ -270,9 +295,9 @@ class Gateway:
             set(_SPAN_FIELDS_SET),
             rollout_id=ctx.rollout_id,
             attempt=ctx.attempt,
-            trace_id=os.urandom(16).hex(),
+            trace_id=ctx.trace_id or os.urandom(16).hex(),
             span_id=os.urandom(8).hex(),
-            parent_id=None,
+            parent_id=ctx.parent_span_id,
             name=_SPAN_NAMES[kind],
             kind="client",
             start_time=started,
@@ -295,12 +320,12 @@ class Gateway:
     # -- model calls ----------------------------------------------------------------------------------
 
     async def handle_call(
-        self, request: Request, kind: CallKind, rollout_id: str | None = None, attempt: int | None = None
+        self, request: Request, kind: RouteKind, rollout_id: str | None = None, attempt: int | None = None
     ) -> Response:
         started = time.time()
         ctx = self.authorize_call(request, rollout_id, attempt)
         body = await self.read_body(request)
-        answer = await self.call(ctx, kind, body, started)
+        answer = await self.dispatch(ctx, kind, body, started)
         if isinstance(answer, bytes):
             return Response(answer, media_type="application/json")
         return answer
@@ -329,18 +354,43 @@ class Gateway:
             admission.release()
         return orjson.dumps(record.response)
 
+    async def dispatch(
+        self, ctx: CallContext, kind: RouteKind, body: dict[str, Any], started: float
+    ) -> bytes | StreamingResponse:
+        """A call on any model-call route: chat and completions as they are, other APIs translated."""
+        dialect = DIALECTS.get(kind)
+        if dialect is None:
+            return await self.call(ctx, kind, body, started)  # type: ignore[arg-type]
+        return await self.call_in_dialect(ctx, dialect, body, started)
+
+    async def call_in_dialect(
+        self, ctx: CallContext, dialect: Dialect, body: dict[str, Any], started: float
+    ) -> bytes | StreamingResponse:
+        """Make the call as a chat completion (so routing, admission, overrides and recording are the
+        chat path's), and answer in the dialect."""
+        chat = dialect.to_chat(body)
+        ctx.api, ctx.api_request = dialect.api, body
+        answer = await self.call(ctx, "chat", chat, started)
+        if isinstance(answer, bytes):
+            return orjson.dumps(dialect.from_chat(orjson.loads(answer), body))
+        return StreamingResponse(
+            translated_stream(dialect, answer.body_iterator, body),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+
     async def serve_call(
         self,
         scope: Scope,
         receive: Receive,
         send: Send,
-        kind: CallKind,
+        kind: RouteKind,
         rollout_id: str | None,
         attempt: int | None,
     ) -> None:
         """The model-call routes as plain ASGI: what `handle_call` does behind FastAPI, minus its layers."""
         started = time.time()
-        authorization = api_key = agent = declared = None
+        authorization = api_key = agent = declared = traceparent = None
         for name, value in scope["headers"]:  # the first of each, as Starlette's `headers.get`
             if name == b"authorization":
                 if authorization is None:
@@ -351,17 +401,21 @@ class Gateway:
             elif name == b"x-tether-agent":
                 if agent is None:
                     agent = value.decode("latin-1")
+            elif name == b"traceparent":
+                if traceparent is None:
+                    traceparent = value.decode("latin-1")
             elif name == b"content-length" and declared is None:
                 declared = value.decode("latin-1")
         try:
             ctx = self.authorize(bearer_token(authorization) or api_key, agent, rollout_id, attempt)
+            ctx.join_trace(traceparent)
             self.check_declared_length(declared)
             raw = await _read_body(receive, self.config.max_body_bytes)
             if raw is None:  # the client went away
                 return
-            answer = await self.call(ctx, kind, self.parse_body(raw), started)
+            answer = await self.dispatch(ctx, kind, self.parse_body(raw), started)
         except GatewayError as exc:
-            await exc.response()(scope, receive, send)
+            await error_response(kind, exc)(scope, receive, send)
             return
         if isinstance(answer, bytes):
             headers = [(b"content-length", str(len(answer)).encode()), (b"content-type", b"application/json")]
@@ -462,6 +516,12 @@ async def _read_body(receive: Receive, limit: int) -> bytes | None:
     if size > limit:
         raise _too_large(limit)
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def error_response(kind: RouteKind, error: GatewayError) -> Response:
+    """The error in the shape of the route's API (Anthropic's for `messages`, OpenAI's otherwise)."""
+    dialect = DIALECTS.get(kind)
+    return error.response() if dialect is None else dialect.error_response(error)
 
 
 def _too_large(limit: int) -> GatewayError:
@@ -575,6 +635,20 @@ def _add_model_routes(app: FastAPI, gateway: Gateway) -> None:
             summary="Completions (OpenAI-compatible)",
         )
         app.add_api_route(
+            prefix + "/responses",
+            _call_endpoint(gateway, "responses"),
+            methods=["POST"],
+            tags=["openai"],
+            summary="Responses (OpenAI Responses API, function tools; stateless)",
+        )
+        app.add_api_route(
+            prefix + "/messages",
+            _call_endpoint(gateway, "messages"),
+            methods=["POST"],
+            tags=["anthropic"],
+            summary="Messages (Anthropic Messages API, client tools)",
+        )
+        app.add_api_route(
             prefix + "/models",
             _models_endpoint(gateway),
             methods=["GET"],
@@ -583,13 +657,16 @@ def _add_model_routes(app: FastAPI, gateway: Gateway) -> None:
         )
 
 
-def _call_endpoint(gateway: Gateway, kind: CallKind):  # noqa: ANN202
+def _call_endpoint(gateway: Gateway, kind: RouteKind):  # noqa: ANN202
     async def endpoint(
         request: Request, rollout_id: str | None = None, attempt: int | None = None
     ) -> Response:
-        return await gateway.handle_call(request, kind, rollout_id, attempt)
+        try:
+            return await gateway.handle_call(request, kind, rollout_id, attempt)
+        except GatewayError as exc:
+            return error_response(kind, exc)
 
-    endpoint.__name__ = f"{kind}_completions"
+    endpoint.__name__ = f"{kind}_completions" if kind in ("chat", "completions") else kind
     return endpoint
 
 

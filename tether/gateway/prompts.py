@@ -1,26 +1,131 @@
 """Prompt overrides: the gateway puts a candidate system prompt into an agent's chat calls, so that
-prompt optimization needs no change to the agent's code."""
+prompt optimization needs no change to the agent's code.
+
+A rollout's metadata key `prompt_override` holds either a string (the candidate replaces the first
+system/developer message, or is inserted as one) or `{"text": ..., "mode": "replace" | "marked"}`.
+In `marked` mode only the marked span of the agent's system message is replaced, markers included:
+
+    "You are a support bot for ACME. <<prompt>>Be brief.<</prompt>> Never share prices."
+
+becomes "You are a support bot for ACME. {text} Never share prices." A call whose system message has no
+marked span goes upstream unchanged.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from tether.gateway.errors import GatewayError
+
+OPEN_MARKER = "<<prompt>>"
+CLOSE_MARKER = "<</prompt>>"
+MARKED_SPAN = re.compile(re.escape(OPEN_MARKER) + r"(.*?)" + re.escape(CLOSE_MARKER), re.DOTALL)
+SYSTEM_ROLES = ("system", "developer")
+OverrideMode = Literal["replace", "marked"]
+MODES: tuple[OverrideMode, ...] = ("replace", "marked")
+
+
+@dataclass(frozen=True)
+class PromptOverride:
+    text: str
+    mode: OverrideMode = "replace"
+
+    def to_metadata(self) -> dict[str, str]:
+        return {"text": self.text, "mode": self.mode}
+
+
+def parse_override(value: Any) -> PromptOverride:
+    """The override a rollout's metadata holds; ValueError when it is neither a string nor a valid dict."""
+    if isinstance(value, str):
+        return PromptOverride(value)
+    if not isinstance(value, dict):
+        raise ValueError(f"a prompt override is a string or {{'text', 'mode'}}, not {type(value).__name__}")
+    text, mode = value.get("text"), value.get("mode", "replace")
+    if not isinstance(text, str):
+        raise ValueError("a prompt override needs a string 'text'")
+    if mode not in MODES:
+        raise ValueError(f"prompt override mode {mode!r} is not one of {', '.join(MODES)}")
+    return PromptOverride(text, mode)
+
+
+def marked_span(text: str) -> str | None:
+    """The text between the first pair of markers, or None when there is none."""
+    match = MARKED_SPAN.search(text)
+    return None if match is None else match.group(1)
+
+
+def replace_marked(text: str, replacement: str) -> str:
+    """`text` with its first marked span (markers included) replaced."""
+    return MARKED_SPAN.sub(lambda _: replacement, text, count=1)
+
+
+def system_text(message: dict[str, Any]) -> str | None:
+    """A message's text content: a string, or its text parts joined."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [p.get("text") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)]
+        return "".join(parts)
+    return None
 
 
 def apply_prompt_override(body: dict[str, Any], override: Any) -> dict[str, Any]:
-    """The chat request with its system message replaced by `override` (inserted when it has none)."""
-    if not isinstance(override, str):
-        return body
+    """The chat request with the override applied (see the module docstring)."""
+    try:
+        parsed = parse_override(override)
+    except ValueError as exc:
+        raise GatewayError(
+            500,
+            f"this rollout's prompt override is invalid: {exc}",
+            type="server_error",
+            code="invalid_prompt_override",
+        ) from None
     messages = body.get("messages")
     if not isinstance(messages, list):
         return body
-    replaced = False
-    out: list[Any] = []
-    for message in messages:
-        if not replaced and isinstance(message, dict) and message.get("role") in ("system", "developer"):
-            out.append({**message, "content": override})
-            replaced = True
-        else:
-            out.append(message)
-    if not replaced:
-        out.insert(0, {"role": "system", "content": override})
+    index = next(
+        (i for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") in SYSTEM_ROLES), None
+    )
+    if parsed.mode == "marked":
+        return _apply_marked(body, messages, index, parsed.text)
+    out = list(messages)
+    if index is None:
+        out.insert(0, {"role": "system", "content": parsed.text})
+    else:
+        out[index] = {**messages[index], "content": parsed.text}
     return {**body, "messages": out}
+
+
+def _apply_marked(body: dict[str, Any], messages: list[Any], index: int | None, text: str) -> dict[str, Any]:
+    if index is None:
+        return body
+    message = messages[index]
+    content = message.get("content")
+    if isinstance(content, str):
+        if marked_span(content) is None:
+            return body
+        new_content: Any = replace_marked(content, text)
+    elif isinstance(content, list):
+        new_content = _replace_in_parts(content, text)
+        if new_content is None:
+            return body
+    else:
+        return body
+    out = list(messages)
+    out[index] = {**message, "content": new_content}
+    return {**body, "messages": out}
+
+
+def _replace_in_parts(parts: list[Any], text: str) -> list[Any] | None:
+    """Content parts with the first marked span of a text part replaced; None when no part has one."""
+    for i, part in enumerate(parts):
+        if (
+            isinstance(part, dict)
+            and isinstance(part.get("text"), str)
+            and marked_span(part["text"]) is not None
+        ):
+            return [*parts[:i], {**part, "text": replace_marked(part["text"], text)}, *parts[i + 1 :]]
+    return None

@@ -18,6 +18,14 @@ import aiohttp
 import orjson
 
 from tether.engines.base import Engine, Generation, GenerationDone, SamplingParams
+from tether.engines.tools import (
+    ParsedOutput,
+    ToolCallStream,
+    ToolPlan,
+    ToolRequestError,
+    parse_tool_calls,
+    plan_tools,
+)
 from tether.gateway.errors import GatewayError, UpstreamError
 
 CallKind = Literal["chat", "completions"]
@@ -31,6 +39,7 @@ class ChoiceRecord:
     finish_reason: str | None
     token_ids: list[int] | None = None
     logprobs: list[float] | None = None
+    tool_parse_error: str | None = None  # the text looked like a tool call but could not be parsed
 
 
 @dataclass
@@ -99,8 +108,11 @@ def sampling_params(body: dict[str, Any], prompt_len: int, context: int) -> Samp
         raise GatewayError(400, "'max_tokens' must be a positive integer", param="max_tokens")
     max_tokens = min(requested or DEFAULT_MAX_TOKENS, room)
     seed = body.get("seed")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise GatewayError(400, "'seed' must be an integer", param="seed")
+    if seed is not None and (
+        isinstance(seed, bool) or not isinstance(seed, int) or not -(2**63) <= seed < 2**63
+    ):
+        # Out of 64 bits the engine cannot seed its generator, and would fail the whole batch.
+        raise GatewayError(400, "'seed' must be a 64-bit integer", param="seed")
     return SamplingParams(
         max_tokens=max_tokens,
         temperature=_number(body, "temperature", 1.0, 0.0, 2.0),
@@ -134,7 +146,7 @@ class EngineUpstream:
     def policy_version(self) -> int:
         return self.engine.policy_version
 
-    def _prompt_ids(self, kind: CallKind, body: dict[str, Any]) -> list[int]:
+    def _prompt_ids(self, kind: CallKind, body: dict[str, Any], plan: ToolPlan) -> list[int]:
         if kind == "chat":
             messages = body.get("messages")
             if (
@@ -145,10 +157,9 @@ class EngineUpstream:
                 raise GatewayError(
                     400, "'messages' must be a non-empty list of message objects", param="messages"
                 )
-            tools = body.get("tools")
             try:
-                return self.engine.chat_prompt_ids(messages, tools)
-            except (TypeError, ValueError, KeyError) as exc:
+                return self.engine.chat_prompt_ids(messages, plan.tools or None, plan.tool_choice)
+            except Exception as exc:  # the chat template (jinja) may raise anything on odd messages
                 raise GatewayError(400, f"cannot render the messages: {exc}", param="messages") from exc
         prompt = body.get("prompt")
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
@@ -165,8 +176,11 @@ class EngineUpstream:
             400, "'prompt' must be a string or a list of token ids (one prompt per request)", param="prompt"
         )
 
-    def _prepare(self, kind: CallKind, body: dict[str, Any]) -> tuple[list[int], list[SamplingParams]]:
-        prompt_ids = self._prompt_ids(kind, body)
+    def _prepare(
+        self, kind: CallKind, body: dict[str, Any]
+    ) -> tuple[list[int], list[SamplingParams], ToolPlan]:
+        plan = _tool_plan(kind, body)
+        prompt_ids = self._prompt_ids(kind, body, plan)
         params = sampling_params(body, len(prompt_ids), self.max_context)
         n = _choice_count(body)
         per_choice = []
@@ -175,10 +189,10 @@ class EngineUpstream:
             per_choice.append(
                 SamplingParams(params.max_tokens, params.temperature, params.top_p, params.stop, seed)
             )
-        return prompt_ids, per_choice
+        return prompt_ids, per_choice, plan
 
     async def call(self, kind: CallKind, body: dict[str, Any]) -> CallRecord:
-        prompt_ids, per_choice = self._prepare(kind, body)
+        prompt_ids, per_choice, plan = self._prepare(kind, body)
         try:
             results = await asyncio.gather(*(self.engine.generate(prompt_ids, p) for p in per_choice))
         except ValueError as exc:
@@ -187,8 +201,9 @@ class EngineUpstream:
             ChoiceRecord(i, gen.text, gen.finish_reason, list(gen.token_ids), list(gen.logprobs))
             for i, (gen, _) in enumerate(results)
         ]
+        parsed = [_parse_choice(choice, plan) for choice in choices]
         version = min(version for _, version in results)
-        response = self._response(kind, body, prompt_ids, choices)
+        response = self._response(kind, body, prompt_ids, choices, parsed)
         return CallRecord(response, choices, prompt_ids, response["usage"], version)
 
     def _usage(self, prompt_ids: list[int], choices: list[ChoiceRecord]) -> dict[str, int]:
@@ -216,17 +231,22 @@ class EngineUpstream:
         return {"tokens": tokens, "token_logprobs": values, "top_logprobs": None, "text_offset": offsets}
 
     def _response(
-        self, kind: CallKind, body: dict[str, Any], prompt_ids: list[int], choices: list[ChoiceRecord]
+        self,
+        kind: CallKind,
+        body: dict[str, Any],
+        prompt_ids: list[int],
+        choices: list[ChoiceRecord],
+        parsed: list[ParsedOutput | None],
     ) -> dict[str, Any]:
         wants_logprobs = _wants_logprobs(kind, body)
         wants_ids = bool(body.get("return_token_ids"))
         out_choices = []
-        for choice in choices:
+        for choice, output in zip(choices, parsed, strict=True):
             if kind == "chat":
                 item: dict[str, Any] = {
                     "index": choice.index,
-                    "message": {"role": "assistant", "content": choice.text},
-                    "finish_reason": choice.finish_reason,
+                    "message": _message(choice, output),
+                    "finish_reason": _finish_reason(choice, output),
                     "logprobs": self._token_logprobs(kind, choice) if wants_logprobs else None,
                 }
             else:
@@ -252,7 +272,7 @@ class EngineUpstream:
         return response
 
     async def stream(self, kind: CallKind, body: dict[str, Any]) -> AsyncIterator[bytes | CallRecord]:
-        prompt_ids, per_choice = self._prepare(kind, body)
+        prompt_ids, per_choice, plan = self._prepare(kind, body)
         if len(per_choice) > 1:
             raise GatewayError(400, "streaming with n > 1 is not supported by the built-in engine", param="n")
         params = per_choice[0]
@@ -273,15 +293,16 @@ class EngineUpstream:
                 choice["logprobs"] = self._token_logprobs(kind, single)
             if token is not None and wants_ids:
                 choice["token_ids"] = [token[0]]
-            return sse(
-                {
-                    "id": chunk_id,
-                    "object": "chat.completion.chunk" if kind == "chat" else "text_completion",
-                    "created": created,
-                    "model": model,
-                    "choices": [choice],
-                }
-            )
+            return sse(envelope([choice]))
+
+        def envelope(choices: list[dict[str, Any]]) -> dict[str, Any]:
+            return {
+                "id": chunk_id,
+                "object": "chat.completion.chunk" if kind == "chat" else "text_completion",
+                "created": created,
+                "model": model,
+                "choices": choices,
+            }
 
         if kind == "chat":
             first: dict[str, Any] = {
@@ -298,12 +319,18 @@ class EngineUpstream:
             yield sse(first)
         generation: Generation | None = None
         version = self.engine.policy_version
+        calls = ToolCallStream() if plan.active else None
         try:
             async for item in self.engine.stream(prompt_ids, params):
                 if isinstance(item, GenerationDone):
                     generation, version = item.generation, item.policy_version
-                else:
+                elif calls is None:
                     yield chunk(item.text, None, (item.token_id, item.logprob))
+                else:
+                    # Tokens inside a buffered tool call get no chunk; they are in the record.
+                    text = calls.feed(item.text)
+                    if text or not calls.buffering:
+                        yield chunk(text, None, (item.token_id, item.logprob))
         except ValueError as exc:
             raise GatewayError(400, str(exc)) from exc
         assert generation is not None
@@ -314,7 +341,11 @@ class EngineUpstream:
             list(generation.token_ids),
             list(generation.logprobs),
         )
-        yield chunk(None, generation.finish_reason, None)
+        output = _parse_choice(record, plan)
+        if calls is not None and output is not None:
+            for payload in _closing_deltas(calls, output):
+                yield sse(envelope([{"index": 0, "delta": payload, "finish_reason": None, "logprobs": None}]))
+        yield chunk(None, _finish_reason(record, output), None)
         usage = self._usage(prompt_ids, [record])
         if (body.get("stream_options") or {}).get("include_usage"):
             yield sse(
@@ -327,11 +358,57 @@ class EngineUpstream:
                     "usage": usage,
                 }
             )
-        response = self._response(kind, body, prompt_ids, [record])
+        response = self._response(kind, body, prompt_ids, [record], [output])
         yield CallRecord(response, [record], prompt_ids, usage, version)
 
     async def aclose(self) -> None:
         await self.engine.aclose()
+
+
+def _tool_plan(kind: CallKind, body: dict[str, Any]) -> ToolPlan:
+    if kind != "chat":
+        return ToolPlan()
+    try:
+        return plan_tools(body.get("tools"), body.get("tool_choice"))
+    except ToolRequestError as exc:
+        raise GatewayError(400, str(exc), param=exc.param) from exc
+
+
+def _parse_choice(choice: ChoiceRecord, plan: ToolPlan) -> ParsedOutput | None:
+    """Tool calls in a choice's text, when the request offered tools; sets the record's parse error."""
+    if not plan.active:
+        return None
+    output = parse_tool_calls(choice.text, plan.names)
+    choice.tool_parse_error = output.error
+    return output
+
+
+def _message(choice: ChoiceRecord, output: ParsedOutput | None) -> dict[str, Any]:
+    if output is None or not output.tool_calls:
+        return {"role": "assistant", "content": choice.text}
+    return {
+        "role": "assistant",
+        "content": output.content,
+        "tool_calls": [call.openai() for call in output.tool_calls],
+    }
+
+
+def _finish_reason(choice: ChoiceRecord, output: ParsedOutput | None) -> str | None:
+    # A generation cut by max_tokens stays "length", even if the calls before the cut parsed.
+    if output is not None and output.tool_calls and choice.finish_reason == "stop":
+        return "tool_calls"
+    return choice.finish_reason
+
+
+def _closing_deltas(calls: ToolCallStream, output: ParsedOutput) -> list[dict[str, Any]]:
+    """The deltas that end a chat stream with tools: the rest of the content, then one per call."""
+    deltas: list[dict[str, Any]] = []
+    rest = calls.finish(output)
+    if rest:
+        deltas.append({"content": rest})
+    for index, call in enumerate(output.tool_calls):
+        deltas.append({"tool_calls": [{"index": index, **call.openai()}]})
+    return deltas
 
 
 # -- any OpenAI-compatible server ---------------------------------------------------------------------
@@ -540,6 +617,7 @@ class _StreamAccumulator:
         self.ids: dict[int, list[int] | None] = {}
         self.logprobs: dict[int, list[float] | None] = {}
         self.finish: dict[int, str | None] = {}
+        self.tool_calls: dict[int, dict[int, dict[str, Any]]] = {}  # choice -> call index -> call
         self.usage: dict[str, Any] = {}
         self.meta: dict[str, Any] = {}
 
@@ -552,12 +630,38 @@ class _StreamAccumulator:
         for choice in chunk.get("choices") or []:
             index = choice.get("index", 0)
             self.prompt_ids = self.prompt_ids or _ints(choice.get("prompt_token_ids"))
-            text = (choice.get("delta") or {}).get("content") if self.kind == "chat" else choice.get("text")
+            delta = choice.get("delta") or {}
+            text = delta.get("content") if self.kind == "chat" else choice.get("text")
             self.texts.setdefault(index, []).append(text or "")
+            for piece in delta.get("tool_calls") or []:
+                self._add_tool_call(index, piece)
             self._extend(self.ids, index, _ints(choice.get("token_ids")))
             self._extend(self.logprobs, index, _logprob_values(self.kind, choice.get("logprobs")))
             if choice.get("finish_reason"):
                 self.finish[index] = choice["finish_reason"]
+
+    def _add_tool_call(self, choice: int, piece: dict[str, Any]) -> None:
+        """Stream chunks carry a tool call in pieces: id, type and name once, arguments in fragments."""
+        calls = self.tool_calls.setdefault(choice, {})
+        call = calls.setdefault(
+            piece.get("index", len(calls)),
+            {"id": None, "type": "function", "function": {"name": "", "arguments": ""}},
+        )
+        if piece.get("id"):
+            call["id"] = piece["id"]
+        if piece.get("type"):
+            call["type"] = piece["type"]
+        function = piece.get("function") or {}
+        call["function"]["name"] += function.get("name") or ""
+        call["function"]["arguments"] += function.get("arguments") or ""
+
+    def _message(self, choice: ChoiceRecord) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant", "content": choice.text}
+        calls = self.tool_calls.get(choice.index)
+        if calls:
+            message["content"] = choice.text or None
+            message["tool_calls"] = [calls[position] for position in sorted(calls)]
+        return message
 
     @staticmethod
     def _extend(target: dict[int, Any], index: int, values: list[Any] | None) -> None:
@@ -585,11 +689,7 @@ class _StreamAccumulator:
                 {
                     "index": c.index,
                     "finish_reason": c.finish_reason,
-                    **(
-                        {"message": {"role": "assistant", "content": c.text}}
-                        if self.kind == "chat"
-                        else {"text": c.text}
-                    ),
+                    **({"message": self._message(c)} if self.kind == "chat" else {"text": c.text}),
                 }
                 for c in choices
             ],

@@ -151,7 +151,8 @@ def air_rewards(spans: Sequence[Span], rules: AIRRules, rollout_id: str, attempt
             choices = span.attributes.get("choices") or []
             if rules.truncated is not None and any(c.get("finish_reason") == "length" for c in choices):
                 add("truncated", rules.truncated, span)
-            request = span.attributes.get("request") or {}
+            # calls made in another API (Responses, Messages) keep the chat request they became
+            request = span.attributes.get("chat_request") or span.attributes.get("request") or {}
             if rules.unparsable_json is not None and _wants_json(request):
                 if any(not _parses(c.get("text") or "") for c in choices):
                     add("unparsable_json", rules.unparsable_json, span)

@@ -1,0 +1,296 @@
+"""`tether optimize-prompt`: search for a better system prompt for an unmodified agent (APO or Pareto)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from tether.algorithms.apo import APOConfig, run_apo
+from tether.algorithms.pareto import ParetoConfig, run_pareto
+from tether.algorithms.prompt_search import (
+    OPTIMIZER_AGENT,
+    Budget,
+    Candidate,
+    CandidateRunner,
+    OptimizerLLM,
+    SearchContext,
+    SearchError,
+    SearchResult,
+)
+from tether.cli.common import add_policy_args, policy_upstream
+from tether.cli.rollout_cmd import add_runner_args, load_inputs, progress_bar, runner_config
+from tether.gateway import Gateway, HTTPUpstream, HTTPUpstreamConfig, create_gateway_app
+from tether.gateway.app import DEFAULT_ROUTE
+from tether.gateway.server import BackgroundServer
+from tether.project import Project
+from tether.runner import AgentEndpoints, Runner, TaskFileError, load_tasks
+from tether.store import RolloutStatus, SQLiteStore, Task
+
+console = Console(stderr=True)
+OPTIMIZER_ROUTE = "tether-optimizer"  # the model alias the optimizer's calls use through the gateway
+POLICY = "policy"
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "optimize-prompt",
+        help="search for a better system prompt for an agent, without changing its code",
+        description=(
+            "Runs the agent with candidate system prompts (the gateway puts the candidate into the agent's "
+            "calls, or the agent reads it with tether.get_prompt), asks an optimizer model to criticize and "
+            "rewrite them from the recorded runs, and keeps the best by validation score. Every candidate "
+            "is stored as a version of the prompt resource, with its score and parents."
+        ),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    add_runner_args(parser)
+    add_policy_args(parser)
+    parser.add_argument("--val-tasks", required=True, metavar="FILE", help="tasks candidates are scored on")
+    parser.add_argument(
+        "--optimizer-endpoint",
+        required=True,
+        metavar="URL",
+        help="OpenAI-compatible base URL of the optimizer model, or 'policy' for the policy itself",
+    )
+    parser.add_argument("--optimizer-model", metavar="NAME", help="model name for the optimizer endpoint")
+    parser.add_argument("--optimizer-key", metavar="KEY", help="API key for the optimizer endpoint")
+    parser.add_argument("--optimizer-temperature", type=float, default=0.7)
+    parser.add_argument("--optimizer-max-tokens", type=int, default=1024, help="longest optimizer answer")
+    parser.add_argument("--algorithm", choices=["apo", "pareto"], default="apo")
+    parser.add_argument("--budget", type=int, default=64, help="agent rollouts in all, never exceeded")
+    parser.add_argument("--beam-width", type=int, default=2, help="apo: prompts kept each round")
+    parser.add_argument("--branch-factor", type=int, default=2, help="apo: rewrites per beam prompt")
+    parser.add_argument("--rounds", type=int, default=3, help="apo: rounds")
+    parser.add_argument(
+        "--batch-size", type=int, default=4, help="training rollouts the optimizer reads per critique"
+    )
+    parser.add_argument("--val-batch-size", type=int, default=4, help="validation tasks per candidate")
+    parser.add_argument("--merge-probability", type=float, default=0.25, help="pareto: chance of a merge")
+    parser.add_argument("--max-iterations", type=int, default=100, help="pareto: iterations at most")
+    parser.add_argument(
+        "--initial-prompt", metavar="FILE", help="starting prompt (default: the agent's own, read from a run)"
+    )
+    parser.add_argument("--prompt-name", default="system", help="name of the prompt resource in the store")
+    parser.add_argument(
+        "--override",
+        choices=["replace", "marked", "none"],
+        default="replace",
+        help="how the gateway puts the candidate in: the whole system message, only its "
+        "<<prompt>>...<</prompt>> span, or not at all (the agent calls tether.get_prompt)",
+    )
+    parser.add_argument("--out", required=True, metavar="FILE", help="where to write the best prompt")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--project-dir", default=None, help="project directory holding .tether/ (default: cwd)"
+    )
+    parser.set_defaults(run=run)
+
+
+@dataclass
+class Inputs:
+    tasks: list[Task]
+    val_tasks: list[Task]
+    evaluator: Any
+    agent: Any
+    initial: str | None
+
+
+def _inputs(args: argparse.Namespace) -> Inputs:
+    tasks, evaluator, agent = load_inputs(args)
+    try:
+        val_tasks = load_tasks(args.val_tasks)
+    except TaskFileError as exc:
+        raise SystemExit(f"tether: {exc}") from None
+    initial = None
+    if args.initial_prompt:
+        try:
+            initial = Path(args.initial_prompt).read_text().strip()
+        except OSError as exc:
+            raise SystemExit(f"tether: cannot read --initial-prompt: {exc.strerror or exc}") from None
+        if not initial:
+            raise SystemExit(f"tether: the initial prompt file {args.initial_prompt} is empty")
+    return Inputs(tasks, val_tasks, evaluator, agent, initial)
+
+
+def _configs(args: argparse.Namespace) -> APOConfig | ParetoConfig:
+    try:
+        if args.algorithm == "apo":
+            return APOConfig(
+                beam_width=args.beam_width,
+                branch_factor=args.branch_factor,
+                rounds=args.rounds,
+                batch_size=args.batch_size,
+                val_batch_size=args.val_batch_size,
+                budget=args.budget,
+                seed=args.seed,
+            )
+        return ParetoConfig(
+            budget=args.budget,
+            minibatch_size=args.batch_size,
+            val_batch_size=args.val_batch_size,
+            merge_probability=args.merge_probability,
+            max_iterations=args.max_iterations,
+            seed=args.seed,
+        )
+    except ValueError as exc:
+        raise SystemExit(f"tether optimize-prompt: {exc}") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    inputs = _inputs(args)
+    config = _configs(args)
+    runner_settings = runner_config(args)
+    project = Project.at(args.project_dir)
+    store = SQLiteStore(project.store_path)
+    gateway = Gateway(store, project.authority())
+    gateway.add_upstream(policy_upstream(args, console))
+    optimizer_model = _route_optimizer(gateway, args)
+    started = time.monotonic()
+    try:
+        with BackgroundServer(create_gateway_app(gateway)) as url:
+            gateway.config.public_url = url
+            session = store.start_session({"purpose": "prompt-optimizer"}, worker_id=OPTIMIZER_AGENT)
+            creds = gateway.credentials(session.rollout.id)
+            optimizer = OptimizerLLM(
+                creds["base_url"],
+                optimizer_model,
+                creds["api_key"],
+                temperature=args.optimizer_temperature,
+                max_tokens=args.optimizer_max_tokens,
+            )
+            try:
+                with progress_bar() as progress:
+                    bar = progress.add_task("rollouts", total=config.budget, detail="")
+                    runner = Runner(
+                        store,
+                        inputs.agent,
+                        AgentEndpoints(url, gateway.auth),
+                        inputs.evaluator,
+                        runner_settings,
+                        on_update=lambda r: progress.update(
+                            bar,
+                            completed=r.stats.succeeded + r.stats.failed,
+                            detail=f"running {r.stats.running}",
+                        ),
+                    )
+                    result = asyncio.run(
+                        _search(args, inputs, config, store, runner, optimizer, progress.console)
+                    )
+            finally:
+                # The optimizer's calls are recorded but are no training data: the rollout ends cancelled.
+                store.update_status(
+                    session.rollout.id,
+                    RolloutStatus.cancelled,
+                    error="prompt optimizer calls: not training data",
+                )
+    except SearchError as exc:
+        raise SystemExit(f"tether optimize-prompt: {exc}") from None
+    finally:
+        store.close()
+    _report(result, args, time.monotonic() - started)
+    return 0
+
+
+def _route_optimizer(gateway: Gateway, args: argparse.Namespace) -> str:
+    """The model name the optimizer asks the gateway for; an external endpoint becomes an upstream."""
+    if args.optimizer_endpoint == POLICY:
+        return args.optimizer_model or POLICY
+    gateway.add_upstream(
+        HTTPUpstream(
+            HTTPUpstreamConfig(
+                name=OPTIMIZER_AGENT,
+                base_url=args.optimizer_endpoint,
+                api_key=args.optimizer_key,
+                model=args.optimizer_model,
+                request_logprobs=False,
+            )
+        )
+    )
+    gateway.config.routes = {**gateway.config.routes, OPTIMIZER_ROUTE: OPTIMIZER_AGENT}
+    gateway.config.routes.setdefault(DEFAULT_ROUTE, POLICY)
+    return OPTIMIZER_ROUTE
+
+
+async def _search(
+    args: argparse.Namespace,
+    inputs: Inputs,
+    config: APOConfig | ParetoConfig,
+    store: SQLiteStore,
+    runner: Runner,
+    optimizer: OptimizerLLM,
+    out: Console,
+) -> SearchResult:
+    val = random.Random(args.seed).sample(inputs.val_tasks, min(config.val_batch_size, len(inputs.val_tasks)))
+    candidates = CandidateRunner(
+        store,
+        runner,
+        Budget(config.budget),
+        prompt_name=args.prompt_name,
+        override_mode=args.override,
+        max_attempts=args.max_attempts,
+    )
+    ctx = SearchContext(
+        candidates,
+        optimizer,
+        inputs.tasks,
+        val,
+        args.algorithm,
+        args.seed,
+        lambda c: _show(out, c, config.budget),
+    )
+    try:
+        if isinstance(config, APOConfig):
+            return await run_apo(ctx, config, inputs.initial)
+        return await run_pareto(ctx, config, inputs.initial)
+    finally:
+        await runner.stop()
+
+
+def _show(out: Console, candidate: Candidate, budget: int) -> None:
+    score = "-" if candidate.score is None else f"{candidate.score:.3f}"
+    origin = candidate.origin + (f" of {','.join(candidate.parents)}" if candidate.parents else "")
+    status = candidate.status if candidate.reason is None else f"{candidate.status} ({candidate.reason})"
+    out.print(
+        f"round {candidate.round:>2}  {candidate.id:<4} {origin:<20} score {score}  {status}  "
+        f"rollouts {candidate.spent_after}/{budget}"
+    )
+
+
+def _report(result: SearchResult, args: argparse.Namespace, seconds: float) -> None:
+    table = Table(title=f"prompt search ({args.algorithm})")
+    for column in ("round", "candidate", "origin", "parents", "score", "status", "rollouts spent"):
+        table.add_column(column)
+    for row in result.rows():
+        score = "-" if row["score"] is None else f"{row['score']:.3f}"
+        table.add_row(
+            str(row["round"]),
+            row["candidate"],
+            row["origin"],
+            row["parents"],
+            score,
+            row["status"],
+            str(row["spent"]),
+        )
+    out = Console()
+    out.print(table)
+    Path(args.out).write_text(result.best.text + "\n")
+    before, after = result.initial.score, result.best.score
+    out.print(
+        f"[bold]validation score: initial {_fmt(before)} -> best {_fmt(after)} ({result.best.id})[/]\n"
+        f"spent {result.spent} of {result.budget} rollouts, {result.optimizer_calls} optimizer calls, "
+        f"{seconds:.1f}s; stopped: {result.stopped}\n"
+        f"best prompt written to {args.out}; history in the store as resource {args.prompt_name!r}",
+        soft_wrap=True,
+    )
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"

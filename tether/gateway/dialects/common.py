@@ -1,0 +1,235 @@
+"""What the API dialects share: request checks, reading a chat answer, and reading a relayed chat stream.
+
+A dialect call goes through the gateway as a chat completion: the dialect translates the request into a
+chat body, the gateway routes, admits, overrides and records it like any chat call, and the dialect
+translates the chat answer (or the relayed chat stream, event by event) back.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from tether.gateway.errors import GatewayError
+
+
+def bad_request(message: str, param: str | None = None) -> GatewayError:
+    return GatewayError(400, message, param=param)
+
+
+def new_id(prefix: str) -> str:
+    return prefix + uuid.uuid4().hex[:24]
+
+
+def sse_event(name: str, payload: dict[str, Any]) -> bytes:
+    """One server-sent event with its `event:` line, as both the Responses and Messages APIs send."""
+    return b"event: " + name.encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n"
+
+
+def check_fields(body: dict[str, Any], supported: Iterable[str], api: str) -> None:
+    """Refuse fields this translation does not know, so that nothing an agent asks for is dropped."""
+    known = set(supported)
+    for name in body:
+        if name not in known:
+            raise bad_request(f"'{name}' is not supported by the Tether gateway's {api} API", param=name)
+
+
+def require_default(body: dict[str, Any], name: str, defaults: tuple[Any, ...], why: str) -> None:
+    """A field that is accepted only with a value that asks for nothing the gateway cannot do."""
+    if name in body and body[name] not in defaults:
+        raise bad_request(f"'{name}' is not supported by the Tether gateway: {why}", param=name)
+
+
+def positive_int(body: dict[str, Any], name: str) -> int | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise bad_request(f"'{name}' must be a positive integer", param=name)
+    return value
+
+
+def expect_dict(value: Any, param: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise bad_request(f"'{param}' must be an object", param=param)
+    return value
+
+
+def expect_list(value: Any, param: str, *, non_empty: bool = False) -> list[Any]:
+    if not isinstance(value, list) or (non_empty and not value):
+        raise bad_request(f"'{param}' must be a {'non-empty ' if non_empty else ''}list", param=param)
+    return value
+
+
+def expect_str(value: Any, param: str) -> str:
+    if not isinstance(value, str):
+        raise bad_request(f"'{param}' must be a string", param=param)
+    return value
+
+
+def copy_sampling(body: dict[str, Any], chat: dict[str, Any], names: Iterable[str]) -> None:
+    for name in names:
+        if body.get(name) is not None:
+            chat[name] = body[name]
+
+
+def arguments_text(value: Any, param: str) -> str:
+    """Function-call arguments as chat carries them: a JSON string."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict):
+        return orjson.dumps(value).decode()
+    raise bad_request(f"'{param}' must be a JSON string or object", param=param)
+
+
+# -- the chat answer ----------------------------------------------------------------------------------
+
+
+@dataclass
+class ToolCall:
+    call_id: str
+    name: str
+    arguments: str = ""
+
+
+@dataclass
+class ChatAnswer:
+    """The first choice of a chat completion, in the terms the dialects need."""
+
+    text: str
+    tool_calls: list[ToolCall]
+    finish_reason: str | None
+    stop_reason: Any  # vLLM's matched stop string (or token id), when the upstream gives it
+    usage: dict[str, Any]
+    model: str | None
+    created: float | None
+
+
+def read_chat_answer(response: dict[str, Any]) -> ChatAnswer:
+    choices = response.get("choices") or [{}]
+    choice = choices[0] if isinstance(choices[0], dict) else {}
+    message = choice.get("message") or {}
+    calls = []
+    for call in message.get("tool_calls") or []:
+        function = call.get("function") or {}
+        calls.append(
+            ToolCall(
+                call.get("id") or new_id("call_"), function.get("name") or "", function.get("arguments") or ""
+            )
+        )
+    content = message.get("content")
+    return ChatAnswer(
+        text=content if isinstance(content, str) else "",
+        tool_calls=calls,
+        finish_reason=choice.get("finish_reason"),
+        stop_reason=choice.get("stop_reason"),
+        usage=response.get("usage") or {},
+        model=response.get("model"),
+        created=response.get("created"),
+    )
+
+
+# -- the relayed chat stream --------------------------------------------------------------------------
+
+
+class StreamFailed(Exception):
+    """The relayed chat stream ended in an error event (its OpenAI-shaped error object)."""
+
+    def __init__(self, error: dict[str, Any]) -> None:
+        super().__init__(error.get("message") or "the stream failed")
+        self.error = error
+
+
+@dataclass
+class TextDelta:
+    text: str
+
+
+@dataclass
+class ToolStart:
+    call: ToolCall
+
+
+@dataclass
+class ToolArgs:
+    call: ToolCall
+    delta: str
+
+
+@dataclass
+class StreamEnd:
+    """What the stream said besides deltas; complete once the deltas are exhausted."""
+
+    finish_reason: str | None = None
+    stop_reason: Any = None
+    usage: dict[str, Any] = field(default_factory=dict)
+    model: str | None = None
+
+
+Delta = TextDelta | ToolStart | ToolArgs
+
+
+async def chat_chunks(body: AsyncIterator[bytes]) -> AsyncIterator[dict[str, Any]]:
+    """The chunks of the gateway's chat stream; returns at `[DONE]`, raises StreamFailed on an error event.
+
+    The gateway sends `[DONE]` only once the call is recorded, so a dialect that ends its own stream on
+    it keeps the guarantee that an answered call is on disk."""
+    buffer = b""
+    async for piece in body:
+        buffer += piece if isinstance(piece, bytes) else piece.encode()
+        while b"\n\n" in buffer:
+            event, buffer = buffer.split(b"\n\n", 1)
+            for line in event.split(b"\n"):
+                if not line.startswith(b"data:"):
+                    continue
+                data = line[5:].strip()
+                if data == b"[DONE]":
+                    return
+                chunk = orjson.loads(data)
+                if isinstance(chunk, dict) and isinstance(chunk.get("error"), dict):
+                    raise StreamFailed(chunk["error"])
+                if isinstance(chunk, dict):
+                    yield chunk
+    raise StreamFailed({"message": "the upstream stream ended without finishing", "type": "upstream_error"})
+
+
+async def chat_deltas(chunks: AsyncIterator[dict[str, Any]], end: StreamEnd) -> AsyncIterator[Delta]:
+    """Text and tool-call deltas of the first choice; fills `end` with finish reason, usage and model."""
+    calls: dict[int, ToolCall] = {}
+    async for chunk in chunks:
+        if chunk.get("usage"):
+            end.usage = chunk["usage"]
+        end.model = end.model or chunk.get("model")
+        for choice in chunk.get("choices") or []:
+            if choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            if delta.get("content"):
+                yield TextDelta(delta["content"])
+            for item in delta.get("tool_calls") or []:
+                function = item.get("function") or {}
+                index = item.get("index", len(calls))
+                call = calls.get(index)
+                if call is None:
+                    call = calls[index] = ToolCall(
+                        item.get("id") or new_id("call_"), function.get("name") or ""
+                    )
+                    yield ToolStart(call)
+                elif function.get("name") and not call.name:
+                    call.name = function["name"]
+                if function.get("arguments"):
+                    call.arguments += function["arguments"]
+                    yield ToolArgs(call, function["arguments"])
+            if choice.get("finish_reason"):
+                end.finish_reason = choice["finish_reason"]
+                end.stop_reason = choice.get("stop_reason")
+
+
+async def close_quietly(iterator: AsyncIterator[Any]) -> None:
+    aclose = getattr(iterator, "aclose", None)
+    if aclose is not None:
+        await aclose()

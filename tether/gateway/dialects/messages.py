@@ -1,0 +1,409 @@
+"""Anthropic's Messages API (`POST /v1/messages`) over the gateway's chat-completions path.
+
+Text and tool use; images, documents, extended thinking, server tools and `top_k` are refused with a 400
+that names the field. Errors come in Anthropic's shape, `{"type": "error", "error": {type, message}}`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+from starlette.responses import Response
+
+from tether.gateway.dialects.common import (
+    StreamEnd,
+    StreamFailed,
+    TextDelta,
+    ToolCall,
+    ToolStart,
+    bad_request,
+    chat_deltas,
+    check_fields,
+    copy_sampling,
+    expect_dict,
+    expect_list,
+    expect_str,
+    new_id,
+    positive_int,
+    read_chat_answer,
+    require_default,
+    sse_event,
+)
+from tether.gateway.errors import GatewayError
+
+SUPPORTED_FIELDS = (
+    "model",
+    "messages",
+    "system",
+    "max_tokens",
+    "tools",
+    "tool_choice",
+    "stop_sequences",
+    "temperature",
+    "top_p",
+    "stream",
+    "thinking",
+    # Hosting hints, with no effect on what the model is asked: accepted and not used.
+    "metadata",
+    "service_tier",
+    "cache_control",
+    "inference_geo",
+    "speed",
+)
+# An argument string the model wrote that is not a JSON object still reaches the agent, under this key.
+UNPARSED_ARGUMENTS = "_unparsed_arguments"
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    503: "overloaded_error",
+}
+STOP_REASONS = {
+    "stop": "end_turn",
+    "length": "max_tokens",
+    "tool_calls": "tool_use",
+    "content_filter": "refusal",
+}
+
+
+# -- request -------------------------------------------------------------------------------------------
+
+
+def to_chat(body: dict[str, Any]) -> dict[str, Any]:
+    """The chat-completions body that asks the upstream what this Messages request asks."""
+    check_fields(body, SUPPORTED_FIELDS, "Messages")
+    thinking = body.get("thinking")
+    if thinking is not None and not (isinstance(thinking, dict) and thinking.get("type") == "disabled"):
+        raise bad_request("'thinking' (extended thinking) is not supported by the Tether gateway", "thinking")
+    max_tokens = positive_int(body, "max_tokens")
+    if max_tokens is None:
+        raise bad_request("'max_tokens' is required", param="max_tokens")
+    messages = _system(body.get("system"))
+    for position, message in enumerate(expect_list(body.get("messages"), "messages", non_empty=True)):
+        _add_message(messages, expect_dict(message, f"messages[{position}]"), f"messages[{position}]")
+    chat: dict[str, Any] = {"model": body.get("model"), "messages": messages, "max_tokens": max_tokens}
+    if body.get("tools") is not None:
+        chat["tools"] = _tools(body["tools"])
+    if body.get("tool_choice") is not None:
+        _tool_choice(expect_dict(body["tool_choice"], "tool_choice"), chat)
+    stops = body.get("stop_sequences")
+    if stops is not None:
+        if not isinstance(stops, list) or not all(isinstance(stop, str) for stop in stops):
+            raise bad_request("'stop_sequences' must be a list of strings", param="stop_sequences")
+        if stops:
+            chat["stop"] = stops
+    copy_sampling(body, chat, ("temperature", "top_p"))
+    if body.get("stream"):
+        chat["stream"] = True
+        chat["stream_options"] = {"include_usage": True}
+    return chat
+
+
+def _system(system: Any) -> list[dict[str, Any]]:
+    if system is None:
+        return []
+    if isinstance(system, str):
+        return [{"role": "system", "content": system}] if system else []
+    texts = [_block_text(block, f"system[{i}]") for i, block in enumerate(expect_list(system, "system"))]
+    return [{"role": "system", "content": "\n".join(texts)}] if texts else []
+
+
+def _block_text(block: Any, param: str) -> str:
+    block = expect_dict(block, param)
+    if block.get("type") != "text":
+        raise bad_request(
+            f"content blocks of type {block.get('type')!r} are not supported here by the Tether gateway "
+            "(only text)",
+            param=f"{param}.type",
+        )
+    return expect_str(block.get("text"), f"{param}.text")
+
+
+def _add_message(messages: list[dict[str, Any]], message: dict[str, Any], param: str) -> None:
+    role = message.get("role")
+    if role not in ("user", "assistant"):
+        raise bad_request(f"'{param}.role' must be 'user' or 'assistant'", param=f"{param}.role")
+    content = message.get("content")
+    if isinstance(content, str):
+        messages.append({"role": role, "content": content})
+        return
+    blocks = expect_list(content, f"{param}.content")
+    if role == "assistant":
+        messages.append(_assistant(blocks, f"{param}.content"))
+    else:
+        messages.extend(_user(blocks, f"{param}.content"))
+
+
+def _assistant(blocks: list[Any], param: str) -> dict[str, Any]:
+    texts: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for position, block in enumerate(blocks):
+        where = f"{param}[{position}]"
+        if isinstance(block, dict) and block.get("type") == "tool_use":
+            arguments = block.get("input", {})
+            calls.append(
+                {
+                    "id": expect_str(block.get("id"), f"{where}.id"),
+                    "type": "function",
+                    "function": {
+                        "name": expect_str(block.get("name"), f"{where}.name"),
+                        "arguments": orjson.dumps(expect_dict(arguments, f"{where}.input")).decode(),
+                    },
+                }
+            )
+        else:
+            texts.append(_block_text(block, where))
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts or not calls else None}
+    if calls:
+        message["tool_calls"] = calls
+    return message
+
+
+def _user(blocks: list[Any], param: str) -> list[dict[str, Any]]:
+    """Tool results become `tool` messages (first, as they answer the previous turn), the rest one user
+    message."""
+    results: list[dict[str, Any]] = []
+    texts: list[str] = []
+    for position, block in enumerate(blocks):
+        where = f"{param}[{position}]"
+        if isinstance(block, dict) and block.get("type") == "tool_result":
+            results.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": expect_str(block.get("tool_use_id"), f"{where}.tool_use_id"),
+                    "content": _result_text(block.get("content", ""), f"{where}.content"),
+                }
+            )
+        else:
+            texts.append(_block_text(block, where))
+    if texts or not results:
+        results.append({"role": "user", "content": "\n".join(texts)})
+    return results
+
+
+def _result_text(content: Any, param: str) -> str:
+    if isinstance(content, str):
+        return content
+    return "\n".join(
+        _block_text(block, f"{param}[{i}]") for i, block in enumerate(expect_list(content, param))
+    )
+
+
+def _tools(tools: Any) -> list[dict[str, Any]]:
+    out = []
+    for position, tool in enumerate(expect_list(tools, "tools")):
+        tool = expect_dict(tool, f"tools[{position}]")
+        if tool.get("type") not in (None, "custom"):
+            raise bad_request(
+                f"tools of type {tool.get('type')!r} (server or built-in tools) are not supported by the "
+                "Tether gateway; only client tools with an 'input_schema'",
+                param=f"tools[{position}].type",
+            )
+        function: dict[str, Any] = {
+            "name": expect_str(tool.get("name"), f"tools[{position}].name"),
+            "parameters": expect_dict(tool.get("input_schema"), f"tools[{position}].input_schema"),
+        }
+        if tool.get("description") is not None:
+            function["description"] = tool["description"]
+        out.append({"type": "function", "function": function})
+    return out
+
+
+def _tool_choice(choice: dict[str, Any], chat: dict[str, Any]) -> None:
+    kind = choice.get("type")
+    if kind == "auto":
+        chat["tool_choice"] = "auto"
+    elif kind == "any":
+        chat["tool_choice"] = "required"
+    elif kind == "none":
+        chat["tool_choice"] = "none"
+    elif kind == "tool":
+        name = expect_str(choice.get("name"), "tool_choice.name")
+        chat["tool_choice"] = {"type": "function", "function": {"name": name}}
+    else:
+        raise bad_request("'tool_choice.type' must be 'auto', 'any', 'tool' or 'none'", "tool_choice.type")
+    if choice.get("disable_parallel_tool_use"):
+        chat["parallel_tool_calls"] = False
+    require_default(choice, "disable_parallel_tool_use", (None, True, False), "it must be a boolean")
+
+
+# -- answer --------------------------------------------------------------------------------------------
+
+
+def tool_input(arguments: str) -> dict[str, Any]:
+    """A tool call's arguments as the `input` object; text that is not a JSON object is kept, not lost."""
+    if not arguments.strip():
+        return {}
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        value = None
+    return value if isinstance(value, dict) else {UNPARSED_ARGUMENTS: arguments}
+
+
+def _tool_block(call: ToolCall) -> dict[str, Any]:
+    return {"type": "tool_use", "id": call.call_id, "name": call.name, "input": tool_input(call.arguments)}
+
+
+def _stop(
+    finish_reason: str | None, stop_reason: Any, request: dict[str, Any], tools: bool
+) -> tuple[str, Any]:
+    """Anthropic's stop reason and matched stop sequence (known when the upstream names it, as vLLM does)."""
+    if tools:
+        return "tool_use", None
+    if (
+        finish_reason == "stop"
+        and isinstance(stop_reason, str)
+        and stop_reason in (request.get("stop_sequences") or [])
+    ):
+        return "stop_sequence", stop_reason
+    return STOP_REASONS.get(finish_reason or "stop", "end_turn"), None
+
+
+def _usage(usage: dict[str, Any]) -> dict[str, int]:
+    return {
+        "input_tokens": int(usage.get("prompt_tokens") or 0),
+        "output_tokens": int(usage.get("completion_tokens") or 0),
+    }
+
+
+def from_chat(response: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]:
+    answer = read_chat_answer(response)
+    content: list[dict[str, Any]] = []
+    if answer.text or not answer.tool_calls:
+        content.append({"type": "text", "text": answer.text})
+    content += [_tool_block(call) for call in answer.tool_calls]
+    stop_reason, stop_sequence = _stop(
+        answer.finish_reason, answer.stop_reason, request, bool(answer.tool_calls)
+    )
+    return {
+        "id": new_id("msg_"),
+        "type": "message",
+        "role": "assistant",
+        "model": answer.model or request.get("model"),
+        "content": content,
+        "stop_reason": stop_reason,
+        "stop_sequence": stop_sequence,
+        "usage": _usage(answer.usage),
+    }
+
+
+# -- stream --------------------------------------------------------------------------------------------
+
+
+def _event(kind: str, **fields: Any) -> bytes:
+    return sse_event(kind, {"type": kind, **fields})
+
+
+class _MessageStream:
+    """Turns the deltas of a chat stream into Anthropic's stream events. A tool call's input is sent whole
+    when its block closes (at the end), checked first: clients parse every partial input as JSON."""
+
+    def __init__(self, request: dict[str, Any]) -> None:
+        self.request = request
+        self.blocks: list[ToolCall | None] = []  # None: a text block
+        self.open_text: int | None = None
+
+    def start(self) -> bytes:
+        message = {
+            "id": new_id("msg_"),
+            "type": "message",
+            "role": "assistant",
+            "model": self.request.get("model"),
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {"input_tokens": 0, "output_tokens": 0},
+        }
+        return _event("message_start", message=message)
+
+    def text(self, delta: str) -> list[bytes]:
+        events = []
+        if self.open_text is None:
+            self.open_text = self._open(None, {"type": "text", "text": ""}, events)
+        delta_event = {"type": "text_delta", "text": delta}
+        events.append(_event("content_block_delta", index=self.open_text, delta=delta_event))
+        return events
+
+    def tool_start(self, call: ToolCall) -> list[bytes]:
+        events: list[bytes] = []
+        self._close_text(events)
+        self._open(call, {"type": "tool_use", "id": call.call_id, "name": call.name, "input": {}}, events)
+        return events
+
+    def _open(self, call: ToolCall | None, block: dict[str, Any], events: list[bytes]) -> int:
+        index = len(self.blocks)
+        self.blocks.append(call)
+        events.append(_event("content_block_start", index=index, content_block=block))
+        return index
+
+    def _close_text(self, events: list[bytes]) -> None:
+        if self.open_text is not None:
+            events.append(_event("content_block_stop", index=self.open_text))
+            self.open_text = None
+
+    def finish(self, end: StreamEnd) -> list[bytes]:
+        events = self.text("") if not self.blocks else []
+        self._close_text(events)
+        for index, call in enumerate(self.blocks):
+            if call is None:
+                continue
+            partial = orjson.dumps(tool_input(call.arguments)).decode()
+            delta = {"type": "input_json_delta", "partial_json": partial}
+            events.append(_event("content_block_delta", index=index, delta=delta))
+            events.append(_event("content_block_stop", index=index))
+        tools = any(call is not None for call in self.blocks)
+        stop_reason, stop_sequence = _stop(end.finish_reason, end.stop_reason, self.request, tools)
+        delta = {"stop_reason": stop_reason, "stop_sequence": stop_sequence}
+        events.append(_event("message_delta", delta=delta, usage=_usage(end.usage)))
+        events.append(_event("message_stop"))
+        return events
+
+
+async def stream(chunks: AsyncIterator[dict[str, Any]], request: dict[str, Any]) -> AsyncIterator[bytes]:
+    state = _MessageStream(request)
+    yield state.start()
+    end = StreamEnd()
+    try:
+        async for delta in chat_deltas(chunks, end):
+            if isinstance(delta, TextDelta):
+                events = state.text(delta.text)
+            elif isinstance(delta, ToolStart):
+                events = state.tool_start(delta.call)
+            else:
+                events = []  # arguments accumulate on the call; sent when its block closes
+            for event in events:
+                yield event
+    except StreamFailed as exc:
+        yield _event("error", error=_error_object(exc.error.get("message") or "the model call failed", 500))
+        return
+    for event in state.finish(end):
+        yield event
+
+
+def _error_object(message: str, status: int) -> dict[str, str]:
+    kind = ERROR_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+    return {"type": kind, "message": message}
+
+
+def error_body(error: GatewayError) -> dict[str, Any]:
+    # Anthropic's errors have no `param`: the message names the field, as Anthropic's own do.
+    message = error.message
+    if error.param and error.param not in message:
+        message = f"{error.param}: {message}"
+    return {"type": "error", "error": _error_object(message, error.status)}
+
+
+def error_response(error: GatewayError) -> Response:
+    return Response(
+        orjson.dumps(error_body(error)),
+        status_code=error.status,
+        media_type="application/json",
+        headers=error.headers,
+    )

@@ -1,0 +1,469 @@
+"""OpenAI's Responses API (`POST /v1/responses`) over the gateway's chat-completions path.
+
+Stateless: the gateway keeps no responses, so `previous_response_id`, `store: true`, `background` and the
+built-in tools are refused with a 400 that names the field, never dropped.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.responses import Response
+
+from tether.gateway.dialects.common import (
+    ChatAnswer,
+    StreamEnd,
+    StreamFailed,
+    TextDelta,
+    ToolArgs,
+    ToolCall,
+    ToolStart,
+    arguments_text,
+    bad_request,
+    chat_deltas,
+    check_fields,
+    copy_sampling,
+    expect_dict,
+    expect_list,
+    expect_str,
+    new_id,
+    positive_int,
+    read_chat_answer,
+    require_default,
+    sse_event,
+)
+from tether.gateway.errors import GatewayError
+
+SUPPORTED_FIELDS = (
+    "model",
+    "input",
+    "instructions",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "max_output_tokens",
+    "temperature",
+    "top_p",
+    "text",
+    "stream",
+    "stream_options",
+    "metadata",
+    "user",
+    "safety_identifier",
+    "prompt_cache_key",
+    "service_tier",
+    "store",
+    "background",
+    "truncation",
+    "include",
+    "reasoning",
+    "previous_response_id",
+    "conversation",
+)
+STATELESS = "the gateway keeps no responses; send the whole conversation in 'input'"
+ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
+TEXT_PARTS = ("input_text", "output_text", "text", "refusal")
+
+
+# -- request -------------------------------------------------------------------------------------------
+
+
+def to_chat(body: dict[str, Any]) -> dict[str, Any]:
+    """The chat-completions body that asks the upstream what this Responses request asks."""
+    check_fields(body, SUPPORTED_FIELDS, "Responses")
+    require_default(body, "previous_response_id", (None,), STATELESS)
+    require_default(body, "conversation", (None,), STATELESS)
+    require_default(body, "store", (None, False), "it keeps no responses; send 'store': false")
+    require_default(body, "background", (None, False), "calls are answered in the foreground")
+    require_default(body, "truncation", (None, "disabled"), "the conversation is never truncated")
+    require_default(body, "include", (None, []), "no extra output data is available")
+    require_default(body, "reasoning", (None, {}), "reasoning options are not available")
+    chat: dict[str, Any] = {"model": body.get("model"), "messages": _messages(body)}
+    if body.get("tools") is not None:
+        chat["tools"] = _tools(body["tools"])
+    if body.get("tool_choice") is not None:
+        chat["tool_choice"] = _tool_choice(body["tool_choice"])
+    max_tokens = positive_int(body, "max_output_tokens")
+    if max_tokens is not None:
+        chat["max_tokens"] = max_tokens
+    copy_sampling(body, chat, ("temperature", "top_p", "parallel_tool_calls"))
+    response_format = _response_format(body.get("text"))
+    if response_format is not None:
+        chat["response_format"] = response_format
+    if body.get("stream"):
+        chat["stream"] = True
+        chat["stream_options"] = {"include_usage": True}
+    return chat
+
+
+def _messages(body: dict[str, Any]) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = []
+    instructions = body.get("instructions")
+    if instructions is not None:
+        messages.append({"role": "system", "content": expect_str(instructions, "instructions")})
+    raw = body.get("input")
+    if isinstance(raw, str):
+        messages.append({"role": "user", "content": raw})
+        return messages
+    for position, item in enumerate(expect_list(raw, "input", non_empty=True)):
+        _add_item(messages, expect_dict(item, f"input[{position}]"), f"input[{position}]")
+    return messages
+
+
+def _add_item(messages: list[dict[str, Any]], item: dict[str, Any], param: str) -> None:
+    kind = item.get("type", "message")
+    if kind == "message":
+        role = ROLES.get(item.get("role"))  # type: ignore[arg-type]
+        if role is None:
+            raise bad_request(f"'{param}.role' must be one of {', '.join(ROLES)}", param=f"{param}.role")
+        messages.append({"role": role, "content": _text(item.get("content"), f"{param}.content")})
+    elif kind == "function_call":
+        call = {
+            "id": expect_str(item.get("call_id"), f"{param}.call_id"),
+            "type": "function",
+            "function": {
+                "name": expect_str(item.get("name"), f"{param}.name"),
+                "arguments": arguments_text(item.get("arguments", ""), f"{param}.arguments"),
+            },
+        }
+        last = messages[-1] if messages else None
+        if last is not None and last["role"] == "assistant":
+            last.setdefault("tool_calls", []).append(call)
+        else:
+            messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+    elif kind == "function_call_output":
+        messages.append(
+            {
+                "role": "tool",
+                "tool_call_id": expect_str(item.get("call_id"), f"{param}.call_id"),
+                "content": _text(item.get("output"), f"{param}.output"),
+            }
+        )
+    else:
+        raise bad_request(
+            f"input items of type {kind!r} are not supported by the Tether gateway "
+            "(supported: message, function_call, function_call_output)",
+            param=f"{param}.type",
+        )
+
+
+def _text(content: Any, param: str) -> str:
+    """Message content as one string: a string, or text parts joined by newlines."""
+    if isinstance(content, str):
+        return content
+    parts = []
+    for position, part in enumerate(expect_list(content, param)):
+        part = expect_dict(part, f"{param}[{position}]")
+        if part.get("type") not in TEXT_PARTS:
+            raise bad_request(
+                f"content parts of type {part.get('type')!r} are not supported by the Tether gateway "
+                "(only text)",
+                param=f"{param}[{position}].type",
+            )
+        text = part.get("refusal") if part.get("type") == "refusal" else part.get("text")
+        parts.append(expect_str(text, f"{param}[{position}].text"))
+    return "\n".join(parts)
+
+
+def _tools(tools: Any) -> list[dict[str, Any]]:
+    out = []
+    for position, tool in enumerate(expect_list(tools, "tools")):
+        tool = expect_dict(tool, f"tools[{position}]")
+        if tool.get("type") != "function":
+            raise bad_request(
+                f"tools of type {tool.get('type')!r} (built-in tools) are not supported by the Tether "
+                "gateway; only 'function' tools",
+                param=f"tools[{position}].type",
+            )
+        function: dict[str, Any] = {"name": expect_str(tool.get("name"), f"tools[{position}].name")}
+        for key in ("description", "parameters", "strict"):
+            if tool.get(key) is not None:
+                function[key] = tool[key]
+        out.append({"type": "function", "function": function})
+    return out
+
+
+def _tool_choice(choice: Any) -> Any:
+    if choice in ("auto", "none", "required"):
+        return choice
+    if isinstance(choice, dict) and choice.get("type") == "function":
+        return {"type": "function", "function": {"name": expect_str(choice.get("name"), "tool_choice.name")}}
+    raise bad_request(
+        "'tool_choice' must be 'auto', 'none', 'required' or {'type': 'function', 'name': ...}",
+        param="tool_choice",
+    )
+
+
+def _response_format(text: Any) -> dict[str, Any] | None:
+    if text is None:
+        return None
+    config = expect_dict(text, "text")
+    for key in config:
+        if key != "format":
+            raise bad_request(f"'text.{key}' is not supported by the Tether gateway", param=f"text.{key}")
+    fmt = config.get("format")
+    if fmt is None:
+        return None
+    fmt = expect_dict(fmt, "text.format")
+    kind = fmt.get("type")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return {"type": "json_object"}
+    if kind == "json_schema":
+        schema = {"name": expect_str(fmt.get("name"), "text.format.name"), "schema": fmt.get("schema")}
+        for key in ("strict", "description"):
+            if fmt.get(key) is not None:
+                schema[key] = fmt[key]
+        return {"type": "json_schema", "json_schema": schema}
+    raise bad_request(
+        "'text.format.type' must be 'text', 'json_object' or 'json_schema'", param="text.format.type"
+    )
+
+
+# -- answer --------------------------------------------------------------------------------------------
+
+
+def _message_item(item_id: str, text: str, status: str) -> dict[str, Any]:
+    return {
+        "id": item_id,
+        "type": "message",
+        "role": "assistant",
+        "status": status,
+        "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}],
+    }
+
+
+def _call_item(item_id: str, call: ToolCall, status: str) -> dict[str, Any]:
+    return {
+        "id": item_id,
+        "type": "function_call",
+        "call_id": call.call_id,
+        "name": call.name,
+        "arguments": call.arguments,
+        "status": status,
+    }
+
+
+def _usage(usage: dict[str, Any]) -> dict[str, Any]:
+    prompt = int(usage.get("prompt_tokens") or 0)
+    completion = int(usage.get("completion_tokens") or 0)
+    return {
+        "input_tokens": prompt,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": completion,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": int(usage.get("total_tokens") or prompt + completion),
+    }
+
+
+def _envelope(
+    request: dict[str, Any], response_id: str, created: float, model: str | None, status: str
+) -> dict[str, Any]:
+    """The Response object around an output: what the request asked, echoed as the API does."""
+    return {
+        "id": response_id,
+        "object": "response",
+        "created_at": created,
+        "status": status,
+        "error": None,
+        "incomplete_details": None,
+        "instructions": request.get("instructions"),
+        "max_output_tokens": request.get("max_output_tokens"),
+        "model": model or request.get("model"),
+        "output": [],
+        "parallel_tool_calls": request.get("parallel_tool_calls", True),
+        "previous_response_id": None,
+        "reasoning": None,
+        "store": False,
+        "temperature": request.get("temperature"),
+        "text": request.get("text") or {"format": {"type": "text"}},
+        "tool_choice": request.get("tool_choice", "auto"),
+        "tools": request.get("tools") or [],
+        "top_p": request.get("top_p"),
+        "truncation": "disabled",
+        "usage": None,
+        "metadata": request.get("metadata") or {},
+    }
+
+
+def _finish(envelope: dict[str, Any], output: list[dict[str, Any]], finish_reason: str | None) -> None:
+    envelope["output"] = output
+    if finish_reason == "length":
+        envelope["status"] = "incomplete"
+        envelope["incomplete_details"] = {"reason": "max_output_tokens"}
+    elif finish_reason == "content_filter":
+        envelope["status"] = "incomplete"
+        envelope["incomplete_details"] = {"reason": "content_filter"}
+    else:
+        envelope["status"] = "completed"
+
+
+def from_chat(response: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]:
+    answer: ChatAnswer = read_chat_answer(response)
+    done = "incomplete" if answer.finish_reason == "length" else "completed"
+    output = []
+    if answer.text or not answer.tool_calls:
+        output.append(_message_item(new_id("msg_"), answer.text, done))
+    output += [_call_item(new_id("fc_"), call, "completed") for call in answer.tool_calls]
+    envelope = _envelope(request, new_id("resp_"), answer.created or time.time(), answer.model, done)
+    _finish(envelope, output, answer.finish_reason)
+    envelope["usage"] = _usage(answer.usage)
+    return envelope
+
+
+# -- stream --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _OpenItem:
+    output_index: int
+    item_id: str
+    call: ToolCall | None = None  # None: a message
+    text: list[str] = field(default_factory=list)
+
+
+class _ResponseStream:
+    """Turns the text and tool-call deltas of a chat stream into the Responses event sequence."""
+
+    def __init__(self, request: dict[str, Any]) -> None:
+        self.request = request
+        self.sequence = 0
+        self.items: list[_OpenItem] = []
+        self.by_call: dict[int, _OpenItem] = {}
+        self.envelope = _envelope(request, new_id("resp_"), time.time(), None, "in_progress")
+
+    def event(self, kind: str, **fields: Any) -> bytes:
+        payload = {"type": kind, "sequence_number": self.sequence, **fields}
+        self.sequence += 1
+        return sse_event(kind, payload)
+
+    def start(self) -> list[bytes]:
+        return [
+            self.event("response.created", response=self.envelope),
+            self.event("response.in_progress", response=self.envelope),
+        ]
+
+    def text(self, delta: str) -> list[bytes]:
+        events = []
+        current = self.items[-1] if self.items else None
+        if current is None or current.call is not None:
+            current = self._open_message(events)
+        current.text.append(delta)
+        events.append(
+            self.event(
+                "response.output_text.delta",
+                item_id=current.item_id,
+                output_index=current.output_index,
+                content_index=0,
+                delta=delta,
+                logprobs=[],
+            )
+        )
+        return events
+
+    def _open_message(self, events: list[bytes]) -> _OpenItem:
+        item = _OpenItem(len(self.items), new_id("msg_"))
+        self.items.append(item)
+        message = _message_item(item.item_id, "", "in_progress")
+        part = message["content"].pop()
+        events.append(self.event("response.output_item.added", output_index=item.output_index, item=message))
+        events.append(
+            self.event(
+                "response.content_part.added",
+                item_id=item.item_id,
+                output_index=item.output_index,
+                content_index=0,
+                part=part,
+            )
+        )
+        return item
+
+    def tool_start(self, call: ToolCall) -> list[bytes]:
+        item = _OpenItem(len(self.items), new_id("fc_"), call)
+        self.items.append(item)
+        self.by_call[id(call)] = item
+        added = _call_item(item.item_id, ToolCall(call.call_id, call.name), "in_progress")
+        return [self.event("response.output_item.added", output_index=item.output_index, item=added)]
+
+    def tool_args(self, call: ToolCall, delta: str) -> list[bytes]:
+        item = self.by_call[id(call)]
+        return [
+            self.event(
+                "response.function_call_arguments.delta",
+                item_id=item.item_id,
+                output_index=item.output_index,
+                delta=delta,
+            )
+        ]
+
+    def finish(self, end: StreamEnd) -> list[bytes]:
+        events: list[bytes] = []
+        if not self.items:
+            self._open_message(events)
+        status = "incomplete" if end.finish_reason == "length" else "completed"
+        output = [self._close(item, status, events) for item in self.items]
+        self.envelope["model"] = end.model or self.envelope["model"]
+        _finish(self.envelope, output, end.finish_reason)
+        self.envelope["usage"] = _usage(end.usage)
+        final = "response.completed" if self.envelope["status"] == "completed" else "response.incomplete"
+        events.append(self.event(final, response=self.envelope))
+        return events
+
+    def _close(self, item: _OpenItem, status: str, events: list[bytes]) -> dict[str, Any]:
+        where = {"item_id": item.item_id, "output_index": item.output_index}
+        if item.call is not None:
+            done = _call_item(item.item_id, item.call, "completed")
+            events.append(
+                self.event("response.function_call_arguments.done", **where, arguments=done["arguments"])
+            )
+        else:
+            done = _message_item(item.item_id, "".join(item.text), status)
+            part = done["content"][0]
+            text = part["text"]
+            events.append(
+                self.event("response.output_text.done", **where, content_index=0, text=text, logprobs=[])
+            )
+            events.append(self.event("response.content_part.done", **where, content_index=0, part=part))
+        events.append(self.event("response.output_item.done", output_index=item.output_index, item=done))
+        return done
+
+    def fail(self, error: dict[str, Any]) -> list[bytes]:
+        message = error.get("message") or "the model call failed"
+        self.envelope["status"] = "failed"
+        self.envelope["error"] = {"code": "server_error", "message": message}
+        return [
+            self.event("error", code=error.get("code"), message=message, param=error.get("param")),
+            self.event("response.failed", response=self.envelope),
+        ]
+
+
+async def stream(chunks: AsyncIterator[dict[str, Any]], request: dict[str, Any]) -> AsyncIterator[bytes]:
+    state = _ResponseStream(request)
+    for event in state.start():
+        yield event
+    end = StreamEnd()
+    try:
+        async for delta in chat_deltas(chunks, end):
+            if isinstance(delta, TextDelta):
+                events = state.text(delta.text)
+            elif isinstance(delta, ToolStart):
+                events = state.tool_start(delta.call)
+            else:
+                assert isinstance(delta, ToolArgs)
+                events = state.tool_args(delta.call, delta.delta)
+            for event in events:
+                yield event
+    except StreamFailed as exc:
+        for event in state.fail(exc.error):
+            yield event
+        return
+    for event in state.finish(end):
+        yield event
+
+
+def error_response(error: GatewayError) -> Response:
+    return error.response()  # the Responses API reports errors in the chat-completions shape
