@@ -1,0 +1,78 @@
+"""The evaluator: execution match. 1 if the predicted SQL returns the gold SQL's rows on the task's database.
+
+Rows are compared as multisets, or as lists when the gold query has an ORDER BY. Both queries run on a
+read-only connection with a time limit; SQL that does not parse, errors, runs too long or returns too many
+rows scores 0. Markdown fences around the model's SQL are stripped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import sqlite3
+import time
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+TIME_LIMIT_S = 5.0
+MAX_ROWS = 100_000
+PROGRESS_EVERY = 10_000  # SQLite virtual-machine instructions between deadline checks
+FENCE = re.compile(r"```[ \t]*(?:sqlite|sql)?[ \t]*\n?(.*?)(?:```|$)", re.IGNORECASE | re.DOTALL)
+ORDER_BY = re.compile(r"\border\s+by\b", re.IGNORECASE)
+FLOAT_DIGITS = 6
+
+
+class QueryError(Exception):
+    """The query failed, ran past the time limit, or returned too many rows."""
+
+
+def strip_fences(text: str) -> str:
+    """The SQL inside a ```sql fence if there is one, else the text; trailing semicolons removed."""
+    match = FENCE.search(text)
+    sql = match.group(1) if match else text
+    return sql.strip().rstrip(";").strip()
+
+
+def _normalise(value: Any) -> Any:
+    return round(value, FLOAT_DIGITS) if isinstance(value, float) else value
+
+
+def execute(db_path: str, sql: str, time_limit_s: float = TIME_LIMIT_S) -> list[tuple[Any, ...]]:
+    """Run one statement on a read-only connection; raise QueryError on any failure."""
+    deadline = time.monotonic() + time_limit_s
+    try:
+        db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+    except sqlite3.Error as exc:
+        raise QueryError(f"cannot open {db_path}: {exc}") from None
+    with contextlib.closing(db):
+        # A non-zero return interrupts the statement with "interrupted".
+        db.set_progress_handler(lambda: int(time.monotonic() > deadline), PROGRESS_EVERY)
+        try:
+            cursor = db.execute(sql)
+            rows = cursor.fetchmany(MAX_ROWS + 1)
+        except (sqlite3.Error, sqlite3.Warning, ValueError, OverflowError) as exc:
+            raise QueryError(str(exc)) from None
+    if len(rows) > MAX_ROWS:
+        raise QueryError(f"more than {MAX_ROWS} rows")
+    return [tuple(_normalise(value) for value in row) for row in rows]
+
+
+def same_result(predicted: Sequence[tuple[Any, ...]], gold: Sequence[tuple[Any, ...]], ordered: bool) -> bool:
+    if ordered:
+        return list(predicted) == list(gold)
+    return Counter(predicted) == Counter(gold)
+
+
+def execution_match(task: dict, output: str | None) -> float:
+    """1.0 if the predicted SQL's rows equal the gold SQL's rows on the task's database, else 0.0."""
+    predicted = strip_fences(output or "")
+    if not predicted:
+        return 0.0
+    gold_sql = task["gold_sql"]
+    gold = execute(task["db"], gold_sql)  # a broken gold query is the task's fault: let it raise
+    try:
+        rows = execute(task["db"], predicted)
+    except QueryError:
+        return 0.0
+    return float(same_result(rows, gold, ordered=ORDER_BY.search(gold_sql) is not None))

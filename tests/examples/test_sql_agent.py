@@ -1,0 +1,339 @@
+"""The sql_agent example: the Chinook database, its gold queries, the execution-match reward, the Spider
+loader, and the real LangGraph agent driven by `tether rollout` against the built-in engine."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sqlite3
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from tether.runner.tasks import load_tasks
+from tether.store import SQLiteStore
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "sql_agent"
+SLOW_QUERY = (
+    "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 1000000000) "
+    "SELECT COUNT(*) FROM n"
+)
+
+
+def load(name: str) -> ModuleType:
+    module_name = f"sql_agent_{name}"
+    if module_name in sys.modules:
+        return sys.modules[module_name]
+    spec = importlib.util.spec_from_file_location(module_name, EXAMPLE / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def chinook_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return load("chinook").database_path(tmp_path_factory.mktemp("chinook"))
+
+
+@pytest.fixture(scope="module")
+def questions() -> list[dict]:
+    return load("tasks").load_questions()
+
+
+def count(db: Path, table: str) -> int:
+    with sqlite3.connect(db) as connection:
+        return connection.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
+
+
+# --- the database -------------------------------------------------------------------------------------
+
+
+def test_chinook_has_every_fixture_record_with_foreign_keys_as_id_columns(chinook_db: Path) -> None:
+    chinook = load("chinook")
+    records = json.loads(chinook.find_fixture().read_text())
+    per_model = Counter(record["model"].rpartition(".")[2] for record in records)
+    assert set(per_model) >= {"album", "artist", "track", "invoice", "invoiceline", "customer", "employee"}
+    for model, expected in per_model.items():
+        assert count(chinook_db, model) == expected
+    with sqlite3.connect(chinook_db) as db:
+        keys = {(row[3], row[2]) for row in db.execute("SELECT * FROM pragma_foreign_key_list('track')")}
+        title = db.execute("SELECT album.title FROM album JOIN artist ON artist.id = album.artist_id LIMIT 1")
+        first = title.fetchone()
+        hired = db.execute("SELECT hiredate FROM employee WHERE id = 1").fetchone()[0]
+    assert keys == {("album_id", "album"), ("mediatype_id", "mediatype"), ("genre_id", "genre")}
+    assert first is not None
+    assert hired == "2002-08-14 00:00:00"  # fixture datetimes become SQLite's own format
+
+
+def test_chinook_is_built_once_and_then_reused(tmp_path: Path) -> None:
+    chinook = load("chinook")
+    path = chinook.database_path(tmp_path)
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE marker (x)")
+    assert chinook.database_path(tmp_path) == path
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT COUNT(*) FROM sqlite_master WHERE name = 'marker'").fetchone()[0] == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["chinook.sqlite"]  # no temporary file left behind
+
+
+# --- the question set ---------------------------------------------------------------------------------
+
+
+def test_question_set_is_graded_and_every_gold_query_returns_rows(
+    chinook_db: Path, questions: list[dict]
+) -> None:
+    reward = load("reward")
+    assert len(questions) >= 40
+    assert len({q["id"] for q in questions}) == len(questions)
+    assert Counter(q["difficulty"] for q in questions).keys() == {"easy", "medium", "hard", "extra"}
+    for question in questions:
+        rows = reward.execute(str(chinook_db), question["gold_sql"])
+        assert rows, question
+        assert rows[0] not in {(0,), (None,)}, question
+        task = {**question, "db": str(chinook_db)}
+        assert reward.execution_match(task, question["gold_sql"]) == 1.0, question
+
+
+def test_task_files_split_every_level_and_load_as_tether_tasks(
+    chinook_db: Path, questions: list[dict], tmp_path: Path
+) -> None:
+    tasks = load("tasks")
+    train, val = tasks.split(tasks.chinook_tasks(chinook_db, questions), 0.25, seed=3)
+    assert tasks.split(tasks.chinook_tasks(chinook_db, questions), 0.25, seed=3) == (train, val)
+    assert len(train) + len(val) == len(questions)
+    assert {t["id"] for t in train}.isdisjoint(t["id"] for t in val)
+    assert {t["difficulty"] for t in val} == {"easy", "medium", "hard", "extra"}
+    tasks.write(tmp_path / "val.jsonl", val)
+    loaded = load_tasks(tmp_path / "val.jsonl")
+    assert [t.id for t in loaded] == [t["id"] for t in val]
+    assert loaded[0].input["db"] == str(chinook_db.resolve())
+    assert set(loaded[0].input) >= {"question", "gold_sql", "db"}
+
+
+# --- the reward ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def task(chinook_db: Path) -> dict:
+    return {
+        "question": "How many artists are there?",
+        "db": str(chinook_db),
+        "gold_sql": "SELECT COUNT(*) FROM artist",
+    }
+
+
+@pytest.mark.parametrize(
+    ("output", "expected"),
+    [
+        ("SELECT COUNT(*) FROM artist", 1.0),
+        ("select count(id) from artist;", 1.0),
+        ("```sql\nSELECT COUNT(name) + 0 FROM artist\n```", 1.0),
+        ("Here it is: ```SELECT COUNT(*) FROM artist```", 1.0),
+        ("SELECT COUNT(*) FROM album", 0.0),
+        ("SELECT COUNT(*), 1 FROM artist", 0.0),
+        ("SELECT COUNT(*) FROM artists", 0.0),  # no such table
+        ("SELEC COUNT(*) FROM artist", 0.0),  # does not parse
+        ("SELECT 1; SELECT 2", 0.0),  # two statements
+        ("", 0.0),
+        (None, 0.0),
+    ],
+)
+def test_execution_match(task: dict, output: str | None, expected: float) -> None:
+    assert load("reward").execution_match(task, output) == expected
+
+
+def test_order_matters_only_when_the_gold_orders(chinook_db: Path) -> None:
+    reward = load("reward")
+    ordered = {"db": str(chinook_db), "gold_sql": "SELECT name FROM genre ORDER BY name"}
+    unordered = {"db": str(chinook_db), "gold_sql": "SELECT name FROM genre"}
+    reversed_names = "SELECT name FROM genre ORDER BY name DESC"
+    assert reward.execution_match(ordered, reversed_names) == 0.0
+    assert reward.execution_match(ordered, "SELECT name FROM genre ORDER BY 1") == 1.0
+    assert reward.execution_match(unordered, reversed_names) == 1.0
+    assert reward.execution_match(unordered, "SELECT DISTINCT name FROM genre WHERE id > 1") == 0.0
+
+
+def test_duplicates_count(chinook_db: Path) -> None:
+    reward = load("reward")
+    task = {"db": str(chinook_db), "gold_sql": "SELECT country FROM customer"}
+    assert reward.execution_match(task, "SELECT country FROM customer ORDER BY country") == 1.0
+    assert reward.execution_match(task, "SELECT DISTINCT country FROM customer") == 0.0
+
+
+def test_predictions_cannot_write_and_slow_ones_are_cut_off(chinook_db: Path) -> None:
+    reward = load("reward")
+    task = {"db": str(chinook_db), "gold_sql": "SELECT COUNT(*) FROM artist"}
+    assert reward.execution_match(task, "DELETE FROM artist") == 0.0
+    assert count(chinook_db, "artist") == 275
+    with pytest.raises(reward.QueryError, match="interrupted"):
+        reward.execute(str(chinook_db), SLOW_QUERY, time_limit_s=0.05)
+
+
+def test_a_broken_gold_query_is_an_error_not_a_zero(chinook_db: Path) -> None:
+    reward = load("reward")
+    with pytest.raises(reward.QueryError, match="no such table"):
+        reward.execution_match({"db": str(chinook_db), "gold_sql": "SELECT * FROM nope"}, "SELECT 1")
+
+
+# --- the Spider loader --------------------------------------------------------------------------------
+
+
+def make_spider(root: Path) -> None:
+    for db_id, rows in {
+        "concert": [("Rock Fest", 2014), ("Jazz Night", 2015)],
+        "pets": [("cat",), ("dog",)],
+    }.items():
+        folder = root / "database" / db_id
+        folder.mkdir(parents=True)
+        with sqlite3.connect(folder / f"{db_id}.sqlite") as db:
+            if db_id == "concert":
+                db.execute("CREATE TABLE concert (name TEXT, year INTEGER)")
+                db.executemany("INSERT INTO concert VALUES (?, ?)", rows)
+            else:
+                db.execute("CREATE TABLE pet (kind TEXT)")
+                db.executemany("INSERT INTO pet VALUES (?)", rows)
+    dev = [
+        {
+            "db_id": "concert",
+            "question": "How many concerts are there?",
+            "query": "SELECT count(*) FROM concert",
+        },
+        {
+            "db_id": "pets",
+            "question": "List all pet kinds.",
+            "query": "SELECT kind FROM pet",
+            "query_toks": [],
+        },
+    ]
+    train = [
+        {
+            "db_id": "concert",
+            "question": f"Concerts after {y}?",
+            "query": f"SELECT name FROM concert WHERE year > {y}",
+        }
+        for y in (2000, 2014, 2020)
+    ]
+    (root / "dev.json").write_text(json.dumps(dev))
+    (root / "train_spider.json").write_text(json.dumps(train))
+
+
+def test_spider_loader_points_each_task_at_its_database(tmp_path: Path) -> None:
+    tasks, reward = load("tasks"), load("reward")
+    make_spider(tmp_path / "spider")
+    dev = tasks.load_spider(tmp_path / "spider", "val")
+    assert [t["db_id"] for t in dev] == ["concert", "pets"]
+    assert dev[0]["db"] == str((tmp_path / "spider/database/concert/concert.sqlite").resolve())
+    assert dev[0]["question"] == "How many concerts are there?"
+    assert reward.execution_match(dev[0], "SELECT COUNT(name) FROM concert") == 1.0
+    assert reward.execution_match(dev[1], "SELECT kind FROM pet WHERE kind = 'cat'") == 0.0
+    assert len(tasks.load_spider(tmp_path / "spider", "train", limit=2)) == 2
+
+
+def test_spider_command_writes_train_and_val_files(tmp_path: Path) -> None:
+    make_spider(tmp_path / "spider")
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(EXAMPLE / "tasks.py"),
+            "--spider",
+            str(tmp_path / "spider"),
+            "--out-dir",
+            str(tmp_path / "data"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert [t.input["gold_sql"] for t in load_tasks(tmp_path / "data/val.jsonl")] == [
+        "SELECT count(*) FROM concert",
+        "SELECT kind FROM pet",
+    ]
+    assert len(load_tasks(tmp_path / "data/train.jsonl")) == 3
+
+
+def test_spider_loader_names_what_is_missing(tmp_path: Path) -> None:
+    tasks = load("tasks")
+    with pytest.raises(tasks.SpiderError, match="neither train_spider.json nor dev.json"):
+        tasks.spider_files(tmp_path, tmp_path / "out", None)
+    make_spider(tmp_path / "spider")
+    (tmp_path / "spider/database/pets/pets.sqlite").unlink()
+    with pytest.raises(tasks.SpiderError, match=r"example 1: no database file .*pets\.sqlite"):
+        tasks.load_spider(tmp_path / "spider", "val")
+    (tmp_path / "spider/dev.json").write_text('[{"db_id": "concert"}]')
+    with pytest.raises(tasks.SpiderError, match="example 0 lacks db_id, question or query"):
+        tasks.load_spider(tmp_path / "spider", "val")
+
+
+# --- the agent ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("reply", "sql"),
+    [
+        ("```sql\nSELECT name\nFROM genre;\n```", "SELECT name FROM genre"),
+        ("The query is SELECT COUNT(*) FROM artist; it counts rows.", "SELECT COUNT(*) FROM artist"),
+        ("with t as (select 1) select * from t", "with t as (select 1) select * from t"),
+        ("I don't know", "I don't know"),
+    ],
+)
+def test_agent_extracts_the_query_from_a_reply(reply: str, sql: str) -> None:
+    assert load("agent").extract_sql(reply) == sql
+
+
+def test_agent_shows_the_schema_with_foreign_keys_and_checks_results(chinook_db: Path) -> None:
+    agent = load("agent")
+    schema = agent.describe_schema(str(chinook_db))
+    assert "album(id, title, artist_id -> artist.id)" in schema.splitlines()
+    assert agent.run_sql(str(chinook_db), "SELECT COUNT(*) FROM artist") == "1 row(s)\n(275,)"
+    assert agent.run_sql(str(chinook_db), "SELECT * FROM nope").startswith("error: no such table")
+    assert agent.is_correct("CORRECT") and not agent.is_correct("WRONG: not correct")
+    assert not agent.is_correct("Incorrect: wrong table") and not agent.is_correct("")
+
+
+def test_rollout_of_the_real_agent_records_each_role_and_a_reward(
+    chinook_db: Path, questions: list[dict], tmp_path: Path
+) -> None:
+    tasks_file = tmp_path / "tasks.jsonl"
+    load("tasks").write(tasks_file, load("tasks").chinook_tasks(chinook_db, questions[:2]))
+    agent = f"{sys.executable} {EXAMPLE / 'agent.py'} --max-turns 1 --max-tokens 24"
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "tether.cli.main", "rollout",
+            "--project-dir", str(tmp_path),
+            "--agent", agent,
+            "--tasks", str(tasks_file),
+            "--reward", f"{EXAMPLE / 'reward.py'}:execution_match",
+            "--model", "tiny-random",
+            "--n-workers", "2",
+            "--timeout", "120",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    store = SQLiteStore(tmp_path / ".tether" / "store.db")
+    try:
+        rollouts = store.list_rollouts()
+        assert len(rollouts) == 2
+        assert {r.status.value for r in rollouts} == {"succeeded"}, [r.error for r in rollouts]
+        for rollout in rollouts:
+            calls = [s for s in store.query_spans(rollout_id=rollout.id) if s.name.startswith("llm")]
+            agents = [c.attributes.get("agent") for c in calls]
+            assert agents[:2] == ["writer", "checker"]
+            assert set(agents) <= {"writer", "checker", "rewriter"}
+            assert len(calls) <= 4  # write, check, and at most one rewrite and check
+            if "rewriter" in agents:
+                assert agents == ["writer", "checker", "rewriter", "checker"]
+            primary = [r for r in store.query_rewards(rollout.id) if r.primary]
+            assert len(primary) == 1
+            assert primary[0].source == "evaluator" and primary[0].value in (0.0, 1.0)
+    finally:
+        store.close()
