@@ -1,0 +1,259 @@
+"""The calc_agent example: the safe calculator, the GSM8K task files, the numeric reward, and the real
+AutoGen agent driven by `tether rollout` (the built-in engine with the tiny model, and a scripted upstream
+that makes the tool call a tiny model never makes)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from tests.helpers import serve_app
+from tests.integration.scripted_upstream import Script, call_tool, create_scripted_upstream, say
+from tether.project import Project
+from tether.runner.tasks import load_tasks
+from tether.store import RolloutStatus, SQLiteStore
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "calc_agent"
+AGENT = f"{sys.executable} {EXAMPLE / 'agent.py'}"
+REWARD = f"{EXAMPLE / 'reward.py'}:correct"
+
+
+def load(name: str) -> ModuleType:
+    module_name = f"calc_agent_{name}"
+    if module_name in sys.modules:
+        return sys.modules[module_name]
+    spec = importlib.util.spec_from_file_location(module_name, EXAMPLE / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+# --- the calculator -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("expression", "result"),
+    [
+        ("(16 - 3 - 4) * 2", "18"),
+        ("80000 * 1.5", "120000"),
+        ("2/2", "1"),
+        ("7 / 2", "3.5"),
+        ("7 // 2", "3"),
+        ("7 % 4", "3"),
+        ("2 ** 10", "1024"),
+        ("-3 + +5", "2"),
+        ("1,200 + 300", "1500"),
+        ("1 / 3", "0.3333333333"),
+        ("2 ** -2", "0.25"),
+    ],
+)
+def test_calculator_evaluates_arithmetic(expression: str, result: str) -> None:
+    assert load("calculator").calculator(expression) == result
+
+
+@pytest.mark.parametrize(
+    ("expression", "reason"),
+    [
+        ("__import__('os').system('echo hacked')", "unsupported syntax: Call"),
+        ("open('/etc/passwd').read()", "unsupported syntax: Call"),
+        ("x + 1", "unsupported syntax: Name"),
+        ("(1).__class__", "unsupported syntax: Attribute"),
+        ("[1][0]", "unsupported syntax: Subscript"),
+        ("lambda: 1", "unsupported syntax: Lambda"),
+        ("'a' * 3", "unsupported syntax: Constant"),
+        ("True + 1", "unsupported syntax: Constant"),
+        ("1 < 2", "unsupported syntax: Compare"),
+        ("2 ** 1000", "exponent 1000 is too large"),
+        ("9 ** 9 ** 9", "exponent 387420489 is too large"),
+        ("10 ** 99 * 10 ** 99", "the result is too large"),
+        ("(10 ** 50) ** 3", "the result is too large"),
+        ("1 / 0", "division by zero"),
+        ("5 % 0", "division by zero"),
+        ("(-8) ** 0.5", "not a real number"),
+        ("1 +", "cannot parse"),
+        ("", "the expression is empty"),
+        ("1+" * 300 + "1", "longer than 500 characters"),
+    ],
+)
+def test_calculator_refuses_anything_but_bounded_arithmetic(expression: str, reason: str) -> None:
+    calculator = load("calculator")
+    with pytest.raises(calculator.CalculatorError, match=reason.replace("(", r"\(").replace(")", r"\)")):
+        calculator.evaluate(expression)
+    assert calculator.calculator(expression).startswith("error: ")
+
+
+def test_calculator_agrees_with_every_gsm8k_annotation() -> None:
+    """The reference solutions' <<expression=result>> steps, over all of GSM8K, as a real-data check."""
+    calculator, tasks = load("calculator"), load("tasks")
+    steps = [
+        step
+        for split in ("train", "test")
+        for task in tasks.load_split(split)
+        for step in task["calculations"]
+    ]
+    wrong = []
+    for step in steps:
+        expression, _, written = step.rpartition("=")
+        try:
+            value, expected = calculator.evaluate(expression), float(written.replace(",", ""))
+        except (calculator.CalculatorError, ValueError):
+            wrong.append(step)
+            continue
+        if abs(value - expected) > 0.01 * max(1.0, abs(expected)):
+            wrong.append(step)
+    assert len(steps) > 20_000
+    assert len(wrong) <= len(steps) // 1000, wrong[:20]
+
+
+# --- the task files -----------------------------------------------------------------------------------
+
+
+def test_tasks_script_writes_reproducible_gsm8k_task_files(tmp_path: Path) -> None:
+    def write(out: Path) -> None:
+        command = [
+            sys.executable,
+            str(EXAMPLE / "tasks.py"),
+            "--out-dir",
+            str(out),
+            "--train",
+            "30",
+            "--val",
+            "10",
+        ]
+        subprocess.run(command, check=True, capture_output=True, timeout=120)
+
+    write(tmp_path / "a")
+    write(tmp_path / "b")
+    assert (tmp_path / "a" / "train.jsonl").read_text() == (tmp_path / "b" / "train.jsonl").read_text()
+    train, val = load_tasks(tmp_path / "a" / "train.jsonl"), load_tasks(tmp_path / "a" / "val.jsonl")
+    assert len(train) == 30 and len(val) == 10
+    assert all(t.id.startswith("gsm8k-train-") for t in train) and all(
+        t.id.startswith("gsm8k-test-") for t in val
+    )
+    assert all(isinstance(t.input["answer"], int | float) and t.input["question"] for t in train + val)
+
+
+def test_a_gsm8k_row_becomes_a_task_with_its_number_and_calculations() -> None:
+    row = {
+        "question": "Josh buys a house for $80,000 ...",
+        "answer": "80,000+50,000=$<<80000+50000=130000>>130,000\nSo ... \n#### 70,000",
+        "idx": 2,
+    }
+    assert load("tasks").to_task(row, "test") == {
+        "id": "gsm8k-test-2",
+        "question": "Josh buys a house for $80,000 ...",
+        "answer": 70000,
+        "calculations": ["80000+50000=130000"],
+    }
+
+
+# --- the reward ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("output", "gold", "value"),
+    [
+        ("Answer: 18", 18, 1.0),
+        ("She makes $18 every day.", 18, 1.0),
+        ("Answer: $1,250.00", 1250, 1.0),
+        ("Answer: 1,250", "1,250", 1.0),
+        ("The total is 2.5 hours", 2.5, 1.0),
+        ("2.50", 2.5, 1.0),
+        ("Answer: -4", -4, 1.0),
+        ("First 16 - 3 = 13, then 13 - 4 = 9. Answer: 18.", 18, 1.0),
+        ("Answer: 18 eggs, from 16 eggs", 18, 0.0),
+        ("Answer: 17", 18, 0.0),
+        ("Answer: 1,8", 18, 0.0),
+        ("Answer: 18.5", 18, 0.0),
+        ("I cannot solve this", 18, 0.0),
+        (None, 18, 0.0),
+        ("", 18, 0.0),
+    ],
+)
+def test_reward_matches_the_final_number(output: str | None, gold: object, value: float) -> None:
+    assert load("reward").correct({"answer": gold}, output) == value
+
+
+def test_the_agent_prints_its_answer_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(EXAMPLE))  # the script imports calculator.py from its own folder
+    agent = load("agent")
+    assert agent.final_line("9 * 2 = 18\nAnswer: 18\nGlad to help (1 more?)") == "Answer: 18"
+    assert agent.final_line("It is\n18 dollars") == "It is 18 dollars"
+
+
+# --- the real agent through `tether rollout` -----------------------------------------------------------
+
+
+def tether_rollout(project: Path, tasks: list[dict], *args: str) -> subprocess.CompletedProcess[str]:
+    task_file = project / "tasks.jsonl"
+    task_file.write_text("".join(json.dumps(task) + "\n" for task in tasks))
+    command = [
+        *(sys.executable, "-m", "tether.cli.main", "rollout"),
+        *("--project-dir", str(project), "--agent", AGENT, "--tasks", str(task_file), "--reward", REWARD),
+        *("--timeout", "120", *args),
+    ]
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=400)
+
+
+def finished(project: Path) -> list[tuple[object, dict[str, float], list]]:
+    store = SQLiteStore(Project.at(project).store_path)
+    try:
+        return [
+            (
+                rollout,
+                {r.name: r.value for r in store.query_rewards(rollout.id)},
+                store.query_spans(rollout_id=rollout.id),
+            )
+            for rollout in store.list_rollouts()
+        ]
+    finally:
+        store.close()
+
+
+def test_rollouts_of_the_real_agent_on_the_built_in_engine(tmp_path: Path) -> None:
+    tasks = load("tasks").load_split("test")[:2]
+    result = tether_rollout(tmp_path, tasks, "--model", "tiny-random", "--n-workers", "2")
+    assert result.returncode == 0, result.stderr[-3000:]
+    rollouts = finished(tmp_path)
+    assert len(rollouts) == 2
+    for rollout, rewards, spans in rollouts:
+        assert rollout.status == RolloutStatus.succeeded, rollout.error
+        assert rewards["reward"] in (0.0, 1.0)
+        calls = [span for span in spans if span.name == "llm.chat"]
+        assert calls and calls[0].attributes["prompt_token_ids"]
+        request = calls[0].attributes["request"]
+        assert [tool["function"]["name"] for tool in request["tools"]] == ["calculator"]
+        assert request["messages"][-1]["content"] == rollout.input["question"]
+
+
+@pytest.fixture
+def scripted() -> Iterator[tuple[Script, str]]:
+    script = Script(
+        [call_tool("calculator", expression="(16 - 3 - 4) * 2"), say("She makes $18 a day.\nAnswer: 18")]
+    )
+    with serve_app(create_scripted_upstream(script)) as url:
+        yield script, f"{url}/v1"
+
+
+def test_the_calculator_runs_when_the_model_calls_it(tmp_path: Path, scripted: tuple[Script, str]) -> None:
+    script, url = scripted
+    task = load("tasks").load_split("test")[0]  # Janet's ducks: 18
+    upstream = ("--upstream", url, "--upstream-model", "scripted", "--upstream-token-ids")
+    result = tether_rollout(tmp_path, [task], *upstream, "--n-workers", "1")
+    assert result.returncode == 0, result.stderr[-3000:]
+    [(rollout, rewards, spans)] = finished(tmp_path)
+    assert rollout.status == RolloutStatus.succeeded and rollout.output == "Answer: 18"
+    assert rewards["reward"] == 1.0
+    assert len([span for span in spans if span.name == "llm.chat"]) == 2
+    tool_messages = [m for m in script.requests[1]["messages"] if m["role"] == "tool"]
+    assert [m["content"] for m in tool_messages] == ["18"]

@@ -1,0 +1,223 @@
+"""The rag_agent example: its reward, its MiniLM retrieval over the corpus, and the real OpenAI Agents SDK
+agent driven by `tether rollout` (the built-in engine with the tiny model, and a scripted upstream that
+makes the tool call a tiny model never makes)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import pytest
+
+from tests.helpers import serve_app
+from tests.integration.scripted_upstream import Script, call_tool, create_scripted_upstream, say
+from tether.project import Project
+from tether.runner.tasks import load_tasks
+from tether.store import RolloutStatus, SQLiteStore
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "rag_agent"
+AGENT = f"{sys.executable} {EXAMPLE / 'agent.py'}"
+REWARD = f"{EXAMPLE / 'reward.py'}:score"
+
+
+def load(name: str) -> ModuleType:
+    module_name = f"rag_agent_{name}"
+    if module_name in sys.modules:
+        return sys.modules[module_name]
+    spec = importlib.util.spec_from_file_location(module_name, EXAMPLE / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module  # dataclasses look their module up here
+    spec.loader.exec_module(module)
+    return module
+
+
+def questions() -> list[dict]:
+    return [json.loads(line) for line in (EXAMPLE / "questions.jsonl").read_text().splitlines()]
+
+
+# --- data and reward ----------------------------------------------------------------------------------
+
+
+def test_the_question_file_is_a_valid_task_file_whose_passages_exist() -> None:
+    tasks = load_tasks(EXAMPLE / "questions.jsonl")
+    corpus = {p.id for p in load("retrieval").load_corpus()}
+    assert len(tasks) >= 40 and 30 <= len(corpus) <= 60
+    assert all(task.input["question"] and task.input["answer"] for task in tasks)
+    assert {task.input["passage"] for task in tasks} <= corpus
+
+
+@pytest.mark.parametrize(
+    ("output", "gold", "expected"),
+    [
+        ("Answer: Alexander Fleming", "Alexander Fleming", {"format": 1.0, "f1": 1.0, "reward": 1.0}),
+        ("answer: the Louvre.", "the Louvre", {"format": 1.0, "f1": 1.0, "reward": 1.0}),
+        ("Answer: Fleming", "Alexander Fleming", {"format": 1.0, "f1": 2 / 3, "reward": 0.2 + 0.8 * 2 / 3}),
+        ("Answer: Paris", "Bonn", {"format": 1.0, "f1": 0.0, "reward": 0.2}),
+        (
+            "It was Alexander Fleming",
+            "Alexander Fleming",
+            {"format": 0.0, "f1": 2 / 3, "reward": 0.8 * 2 / 3},
+        ),
+        ("I do not know", "Bonn", {"format": 0.0, "f1": 0.0, "reward": 0.0}),
+        (None, "Bonn", {"format": 0.0, "f1": 0.0, "reward": 0.0}),
+        ("Answer:", "Bonn", {"format": 1.0, "f1": 0.0, "reward": 0.2}),
+    ],
+)
+def test_reward_scores_format_and_token_f1(output: str | None, gold: str, expected: dict) -> None:
+    assert load("reward").score({"answer": gold}, output) == pytest.approx(expected)
+
+
+def test_normalisation_drops_case_punctuation_and_articles() -> None:
+    reward = load("reward")
+    assert reward.normalize("The Atlantic, and a PACIFIC ocean!") == ["atlantic", "and", "pacific", "ocean"]
+    assert reward.token_f1("the Atlantic and Pacific oceans", "Atlantic and Pacific oceans") == 1.0
+    assert reward.token_f1("the", "a") == 1.0  # both empty after normalisation
+
+
+def test_the_reward_is_the_primary_of_the_dict_through_the_runner() -> None:
+    from tether.runner.rewards import evaluate, load_callable
+
+    rewards = evaluate(load_callable(REWARD), "r1", 1, {"answer": "Bonn"}, "Answer: Bonn", [])
+    assert {r.name: (r.value, r.primary) for r in rewards} == {
+        "reward": (1.0, True),
+        "format": (1.0, False),
+        "f1": (1.0, False),
+    }
+
+
+def test_the_agent_prints_the_last_answer_line_or_the_reply_on_one_line() -> None:
+    agent = load("agent")
+    assert agent.final_line("Let me see.\nAnswer: Bonn\n") == "Answer: Bonn"
+    assert agent.final_line("**Answer:** Bonn, Germany") == "Answer: Bonn, Germany"
+    assert agent.final_line("Answer: x\nanswer: Bonn") == "Answer: Bonn"
+    assert agent.final_line("Bonn\nin Germany") == "Bonn in Germany"
+
+
+# --- retrieval (the real all-MiniLM-L6-v2) -------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def retriever(tmp_path_factory: pytest.TempPathFactory) -> object:
+    return load("retrieval").Retriever(cache_dir=tmp_path_factory.mktemp("rag-cache"))
+
+
+def test_embeddings_are_unit_length_and_similar_texts_score_higher(retriever: object) -> None:
+    vectors = retriever.embedder.embed(["a dog runs in the park", "a puppy is running outside", "tax law"])
+    assert vectors.shape == (3, 384)
+    assert [round(float(v @ v), 4) for v in vectors] == [1.0, 1.0, 1.0]
+    assert vectors[0] @ vectors[1] > vectors[0] @ vectors[2] + 0.2
+
+
+@pytest.mark.parametrize("question_id", ["q14", "q21", "q39", "q41"])
+def test_search_returns_the_passage_that_answers_the_question(retriever: object, question_id: str) -> None:
+    question = next(q for q in questions() if q["id"] == question_id)
+    hits = retriever.search(question["question"], k=3)
+    assert len(hits) == 3 and hits[0].passage.id == question["passage"]
+    assert hits[0].score > hits[1].score >= hits[2].score
+
+
+def test_every_question_finds_its_passage_in_the_top_three(retriever: object) -> None:
+    misses = [
+        q["id"]
+        for q in questions()
+        if q["passage"] not in {h.passage.id for h in retriever.search(q["question"])}
+    ]
+    assert misses == []
+
+
+def test_corpus_embeddings_are_cached_and_reused(tmp_path: Path, retriever: object) -> None:
+    retrieval = load("retrieval")
+    first = retrieval.Retriever(cache_dir=tmp_path, embedder=retriever.embedder)
+    cached = list(tmp_path.glob("corpus-*.npy"))
+    assert len(cached) == 1
+    stamp = cached[0].stat().st_mtime_ns
+    second = retrieval.Retriever(cache_dir=tmp_path, embedder=retriever.embedder)
+    assert cached[0].stat().st_mtime_ns == stamp and (first.matrix == second.matrix).all()
+    cached[0].write_bytes(b"not an array")  # a damaged cache is embedded again and replaced
+    third = retrieval.Retriever(cache_dir=tmp_path, embedder=retriever.embedder)
+    assert np.allclose(third.matrix, first.matrix, atol=1e-5) and np.allclose(
+        np.load(cached[0]), third.matrix
+    )
+    assert list(tmp_path.iterdir()) == cached  # no temporary files left behind
+
+
+def test_an_empty_query_finds_nothing_and_says_so(retriever: object) -> None:
+    assert retriever.search("   ") == []
+    assert load("retrieval").format_hits([]) == "No passages found."
+
+
+# --- the real agent through `tether rollout` -----------------------------------------------------------
+
+
+def tether_rollout(project: Path, tasks: list[dict], *args: str) -> subprocess.CompletedProcess[str]:
+    task_file = project / "tasks.jsonl"
+    task_file.write_text("".join(json.dumps(task) + "\n" for task in tasks))
+    command = [
+        *(sys.executable, "-m", "tether.cli.main", "rollout"),
+        *("--project-dir", str(project), "--agent", AGENT, "--tasks", str(task_file), "--reward", REWARD),
+        *("--timeout", "120", *args),
+    ]
+    env = {**os.environ, "RAG_AGENT_CACHE": str(project / "cache")}  # keep the source tree clean
+    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
+
+
+def finished(project: Path) -> list[tuple[object, dict[str, float], list]]:
+    store = SQLiteStore(Project.at(project).store_path)
+    try:
+        return [
+            (
+                rollout,
+                {r.name: r.value for r in store.query_rewards(rollout.id)},
+                store.query_spans(rollout_id=rollout.id),
+            )
+            for rollout in store.list_rollouts()
+        ]
+    finally:
+        store.close()
+
+
+def test_rollouts_of_the_real_agent_on_the_built_in_engine(tmp_path: Path) -> None:
+    result = tether_rollout(tmp_path, questions()[:2], "--model", "tiny-random", "--n-workers", "2")
+    assert result.returncode == 0, result.stderr[-3000:]
+    rollouts = finished(tmp_path)
+    assert len(rollouts) == 2
+    for rollout, rewards, spans in rollouts:
+        assert rollout.status == RolloutStatus.succeeded, rollout.error
+        assert {"reward", "format", "f1"} <= set(rewards)
+        calls = [span for span in spans if span.name == "llm.chat"]
+        assert calls and calls[0].attributes["prompt_token_ids"]
+        request = calls[0].attributes["request"]
+        assert [tool["function"]["name"] for tool in request["tools"]] == ["search"]
+        assert request["messages"][-1]["content"] == rollout.input["question"]
+
+
+@pytest.fixture
+def scripted() -> Iterator[tuple[Script, str]]:
+    script = Script(
+        [call_tool("search", query="who discovered penicillin"), say("Answer: Alexander Fleming")]
+    )
+    with serve_app(create_scripted_upstream(script)) as url:
+        yield script, f"{url}/v1"
+
+
+def test_the_search_tool_runs_when_the_model_calls_it(tmp_path: Path, scripted: tuple[Script, str]) -> None:
+    script, url = scripted
+    task = next(q for q in questions() if q["id"] == "q14")
+    upstream = ("--upstream", url, "--upstream-model", "scripted", "--upstream-token-ids")
+    result = tether_rollout(tmp_path, [task], *upstream, "--n-workers", "1")
+    assert result.returncode == 0, result.stderr[-3000:]
+    [(rollout, rewards, spans)] = finished(tmp_path)
+    assert rollout.status == RolloutStatus.succeeded and rollout.output == "Answer: Alexander Fleming"
+    assert rewards["reward"] == 1.0 and rewards["format"] == 1.0
+    assert len([span for span in spans if span.name == "llm.chat"]) == 2
+    tool_messages = [m for m in script.requests[1]["messages"] if m["role"] == "tool"]
+    assert len(tool_messages) == 1 and tool_messages[0]["content"].startswith("[p14] Penicillin:")
