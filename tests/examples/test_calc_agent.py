@@ -4,38 +4,21 @@ that makes the tool call a tiny model never makes)."""
 
 from __future__ import annotations
 
-import importlib.util
-import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-from tests.helpers import serve_app
-from tests.integration.scripted_upstream import Script, call_tool, create_scripted_upstream, say
-from tether.project import Project
+from tests.examples.support import Example, run_rollouts, scripted_upstream
+from tests.integration.scripted_upstream import call_tool, say
 from tether.runner.tasks import load_tasks
-from tether.store import RolloutStatus, SQLiteStore
 
-ROOT = Path(__file__).resolve().parents[2]
-EXAMPLE = ROOT / "examples" / "calc_agent"
-AGENT = f"{sys.executable} {EXAMPLE / 'agent.py'}"
-REWARD = f"{EXAMPLE / 'reward.py'}:correct"
-
-
-def load(name: str) -> ModuleType:
-    module_name = f"calc_agent_{name}"
-    if module_name in sys.modules:
-        return sys.modules[module_name]
-    spec = importlib.util.spec_from_file_location(module_name, EXAMPLE / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    spec.loader.exec_module(module)
-    return module
+CALC = Example("calc_agent")
+EXAMPLE = CALC.dir
+AGENT = CALC.agent()
+REWARD = CALC.reward("correct")
+load = CALC.load
 
 
 # --- the calculator -----------------------------------------------------------------------------------
@@ -194,66 +177,20 @@ def test_the_agent_prints_its_answer_line(monkeypatch: pytest.MonkeyPatch) -> No
 # --- the real agent through `tether rollout` -----------------------------------------------------------
 
 
-def tether_rollout(project: Path, tasks: list[dict], *args: str) -> subprocess.CompletedProcess[str]:
-    task_file = project / "tasks.jsonl"
-    task_file.write_text("".join(json.dumps(task) + "\n" for task in tasks))
-    command = [
-        *(sys.executable, "-m", "tether.cli.main", "rollout"),
-        *("--project-dir", str(project), "--agent", AGENT, "--tasks", str(task_file), "--reward", REWARD),
-        *("--timeout", "120", *args),
-    ]
-    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=400)
-
-
-def finished(project: Path) -> list[tuple[object, dict[str, float], list]]:
-    store = SQLiteStore(Project.at(project).store_path)
-    try:
-        return [
-            (
-                rollout,
-                {r.name: r.value for r in store.query_rewards(rollout.id)},
-                store.query_spans(rollout_id=rollout.id),
-            )
-            for rollout in store.list_rollouts()
-        ]
-    finally:
-        store.close()
-
-
 def test_rollouts_of_the_real_agent_on_the_built_in_engine(tmp_path: Path) -> None:
     tasks = load("tasks").load_split("test")[:2]
-    result = tether_rollout(tmp_path, tasks, "--model", "tiny-random", "--n-workers", "2")
-    assert result.returncode == 0, result.stderr[-3000:]
-    rollouts = finished(tmp_path)
-    assert len(rollouts) == 2
-    for rollout, rewards, spans in rollouts:
-        assert rollout.status == RolloutStatus.succeeded, rollout.error
-        assert rewards["reward"] in (0.0, 1.0)
-        calls = [span for span in spans if span.name == "llm.chat"]
-        assert calls and calls[0].attributes["prompt_token_ids"]
-        request = calls[0].attributes["request"]
-        assert [tool["function"]["name"] for tool in request["tools"]] == ["calculator"]
-        assert request["messages"][-1]["content"] == rollout.input["question"]
+    for done in run_rollouts(tmp_path, AGENT, REWARD, tasks, "--model", "tiny-random", "--n-workers", "2"):
+        assert done.reward_values["reward"] in (0.0, 1.0)
+        done.assert_first_call_asks(["calculator"])
 
 
-@pytest.fixture
-def scripted() -> Iterator[tuple[Script, str]]:
-    script = Script(
-        [call_tool("calculator", expression="(16 - 3 - 4) * 2"), say("She makes $18 a day.\nAnswer: 18")]
-    )
-    with serve_app(create_scripted_upstream(script)) as url:
-        yield script, f"{url}/v1"
-
-
-def test_the_calculator_runs_when_the_model_calls_it(tmp_path: Path, scripted: tuple[Script, str]) -> None:
-    script, url = scripted
+def test_the_calculator_runs_when_the_model_calls_it(tmp_path: Path) -> None:
     task = load("tasks").load_split("test")[0]  # Janet's ducks: 18
-    upstream = ("--upstream", url, "--upstream-model", "scripted", "--upstream-token-ids")
-    result = tether_rollout(tmp_path, [task], *upstream, "--n-workers", "1")
-    assert result.returncode == 0, result.stderr[-3000:]
-    [(rollout, rewards, spans)] = finished(tmp_path)
-    assert rollout.status == RolloutStatus.succeeded and rollout.output == "Answer: 18"
-    assert rewards["reward"] == 1.0
-    assert len([span for span in spans if span.name == "llm.chat"]) == 2
-    tool_messages = [m for m in script.requests[1]["messages"] if m["role"] == "tool"]
+    turns = call_tool("calculator", expression="(16 - 3 - 4) * 2"), say("She makes $18 a day.\nAnswer: 18")
+    with scripted_upstream(*turns) as upstream:
+        [done] = run_rollouts(tmp_path, AGENT, REWARD, [task], *upstream.rollout_args, "--n-workers", "1")
+    assert done.rollout.output == "Answer: 18"
+    assert done.reward_values["reward"] == 1.0
+    assert len(done.chat_calls) == 2
+    tool_messages = [m for m in upstream.script.requests[1]["messages"] if m["role"] == "tool"]
     assert [m["content"] for m in tool_messages] == ["18"]

@@ -4,40 +4,21 @@ makes the tool call a tiny model never makes)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
-import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 import pytest
 
-from tests.helpers import serve_app
-from tests.integration.scripted_upstream import Script, call_tool, create_scripted_upstream, say
-from tether.project import Project
+from tests.examples.support import Example, Finished, run_rollouts, scripted_upstream
+from tests.integration.scripted_upstream import call_tool, say
 from tether.runner.tasks import load_tasks
-from tether.store import RolloutStatus, SQLiteStore
 
-ROOT = Path(__file__).resolve().parents[2]
-EXAMPLE = ROOT / "examples" / "rag_agent"
-AGENT = f"{sys.executable} {EXAMPLE / 'agent.py'}"
-REWARD = f"{EXAMPLE / 'reward.py'}:score"
-
-
-def load(name: str) -> ModuleType:
-    module_name = f"rag_agent_{name}"
-    if module_name in sys.modules:
-        return sys.modules[module_name]
-    spec = importlib.util.spec_from_file_location(module_name, EXAMPLE / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module  # dataclasses look their module up here
-    spec.loader.exec_module(module)
-    return module
+RAG = Example("rag_agent")
+EXAMPLE = RAG.dir
+AGENT = RAG.agent()
+REWARD = RAG.reward("score")
+load = RAG.load
 
 
 def questions() -> list[dict]:
@@ -158,66 +139,24 @@ def test_an_empty_query_finds_nothing_and_says_so(retriever: object) -> None:
 # --- the real agent through `tether rollout` -----------------------------------------------------------
 
 
-def tether_rollout(project: Path, tasks: list[dict], *args: str) -> subprocess.CompletedProcess[str]:
-    task_file = project / "tasks.jsonl"
-    task_file.write_text("".join(json.dumps(task) + "\n" for task in tasks))
-    command = [
-        *(sys.executable, "-m", "tether.cli.main", "rollout"),
-        *("--project-dir", str(project), "--agent", AGENT, "--tasks", str(task_file), "--reward", REWARD),
-        *("--timeout", "120", *args),
-    ]
-    env = {**os.environ, "RAG_AGENT_CACHE": str(project / "cache")}  # keep the source tree clean
-    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
-
-
-def finished(project: Path) -> list[tuple[object, dict[str, float], list]]:
-    store = SQLiteStore(Project.at(project).store_path)
-    try:
-        return [
-            (
-                rollout,
-                {r.name: r.value for r in store.query_rewards(rollout.id)},
-                store.query_spans(rollout_id=rollout.id),
-            )
-            for rollout in store.list_rollouts()
-        ]
-    finally:
-        store.close()
+def rag_rollouts(project: Path, tasks: list[dict], *args: str) -> list[Finished]:
+    cache = {"RAG_AGENT_CACHE": str(project / "cache")}  # keep the source tree clean
+    return run_rollouts(project, AGENT, REWARD, tasks, *args, env=cache)
 
 
 def test_rollouts_of_the_real_agent_on_the_built_in_engine(tmp_path: Path) -> None:
-    result = tether_rollout(tmp_path, questions()[:2], "--model", "tiny-random", "--n-workers", "2")
-    assert result.returncode == 0, result.stderr[-3000:]
-    rollouts = finished(tmp_path)
-    assert len(rollouts) == 2
-    for rollout, rewards, spans in rollouts:
-        assert rollout.status == RolloutStatus.succeeded, rollout.error
-        assert {"reward", "format", "f1"} <= set(rewards)
-        calls = [span for span in spans if span.name == "llm.chat"]
-        assert calls and calls[0].attributes["prompt_token_ids"]
-        request = calls[0].attributes["request"]
-        assert [tool["function"]["name"] for tool in request["tools"]] == ["search"]
-        assert request["messages"][-1]["content"] == rollout.input["question"]
+    for done in rag_rollouts(tmp_path, questions()[:2], "--model", "tiny-random", "--n-workers", "2"):
+        assert {"reward", "format", "f1"} <= set(done.reward_values)
+        done.assert_first_call_asks(["search"])
 
 
-@pytest.fixture
-def scripted() -> Iterator[tuple[Script, str]]:
-    script = Script(
-        [call_tool("search", query="who discovered penicillin"), say("Answer: Alexander Fleming")]
-    )
-    with serve_app(create_scripted_upstream(script)) as url:
-        yield script, f"{url}/v1"
-
-
-def test_the_search_tool_runs_when_the_model_calls_it(tmp_path: Path, scripted: tuple[Script, str]) -> None:
-    script, url = scripted
+def test_the_search_tool_runs_when_the_model_calls_it(tmp_path: Path) -> None:
     task = next(q for q in questions() if q["id"] == "q14")
-    upstream = ("--upstream", url, "--upstream-model", "scripted", "--upstream-token-ids")
-    result = tether_rollout(tmp_path, [task], *upstream, "--n-workers", "1")
-    assert result.returncode == 0, result.stderr[-3000:]
-    [(rollout, rewards, spans)] = finished(tmp_path)
-    assert rollout.status == RolloutStatus.succeeded and rollout.output == "Answer: Alexander Fleming"
-    assert rewards["reward"] == 1.0 and rewards["format"] == 1.0
-    assert len([span for span in spans if span.name == "llm.chat"]) == 2
-    tool_messages = [m for m in script.requests[1]["messages"] if m["role"] == "tool"]
+    turns = call_tool("search", query="who discovered penicillin"), say("Answer: Alexander Fleming")
+    with scripted_upstream(*turns) as upstream:
+        [done] = rag_rollouts(tmp_path, [task], *upstream.rollout_args, "--n-workers", "1")
+    assert done.rollout.output == "Answer: Alexander Fleming"
+    assert done.reward_values["reward"] == 1.0 and done.reward_values["format"] == 1.0
+    assert len(done.chat_calls) == 2
+    tool_messages = [m for m in upstream.script.requests[1]["messages"] if m["role"] == "tool"]
     assert len(tool_messages) == 1 and tool_messages[0]["content"].startswith("[p14] Penicillin:")

@@ -3,37 +3,27 @@ loader, and the real LangGraph agent driven by `tether rollout` against the buil
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sqlite3
 import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
+from tests.examples.support import Example, run_rollouts
 from tether.runner.tasks import load_tasks
-from tether.store import SQLiteStore
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "sql_agent"
+SQL = Example("sql_agent")
+EXAMPLE = SQL.dir
 SLOW_QUERY = (
     "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 1000000000) "
     "SELECT COUNT(*) FROM n"
 )
 
 
-def load(name: str) -> ModuleType:
-    module_name = f"sql_agent_{name}"
-    if module_name in sys.modules:
-        return sys.modules[module_name]
-    spec = importlib.util.spec_from_file_location(module_name, EXAMPLE / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    spec.loader.exec_module(module)
-    return module
+load = SQL.load
 
 
 @pytest.fixture(scope="module")
@@ -300,40 +290,17 @@ def test_agent_shows_the_schema_with_foreign_keys_and_checks_results(chinook_db:
 def test_rollout_of_the_real_agent_records_each_role_and_a_reward(
     chinook_db: Path, questions: list[dict], tmp_path: Path
 ) -> None:
-    tasks_file = tmp_path / "tasks.jsonl"
-    load("tasks").write(tasks_file, load("tasks").chinook_tasks(chinook_db, questions[:2]))
-    agent = f"{sys.executable} {EXAMPLE / 'agent.py'} --max-turns 1 --max-tokens 24"
-    done = subprocess.run(
-        [
-            sys.executable, "-m", "tether.cli.main", "rollout",
-            "--project-dir", str(tmp_path),
-            "--agent", agent,
-            "--tasks", str(tasks_file),
-            "--reward", f"{EXAMPLE / 'reward.py'}:execution_match",
-            "--model", "tiny-random",
-            "--n-workers", "2",
-            "--timeout", "120",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
-    store = SQLiteStore(tmp_path / ".tether" / "store.db")
-    try:
-        rollouts = store.list_rollouts()
-        assert len(rollouts) == 2
-        assert {r.status.value for r in rollouts} == {"succeeded"}, [r.error for r in rollouts]
-        for rollout in rollouts:
-            calls = [s for s in store.query_spans(rollout_id=rollout.id) if s.name.startswith("llm")]
-            agents = [c.attributes.get("agent") for c in calls]
-            assert agents[:2] == ["writer", "checker"]
-            assert set(agents) <= {"writer", "checker", "rewriter"}
-            assert len(calls) <= 4  # write, check, and at most one rewrite and check
-            if "rewriter" in agents:
-                assert agents == ["writer", "checker", "rewriter", "checker"]
-            primary = [r for r in store.query_rewards(rollout.id) if r.primary]
-            assert len(primary) == 1
-            assert primary[0].source == "evaluator" and primary[0].value in (0.0, 1.0)
-    finally:
-        store.close()
+    tasks = load("tasks").chinook_tasks(chinook_db, questions[:2])
+    agent = SQL.agent("--max-turns", "1", "--max-tokens", "24")
+    args = ("--model", "tiny-random", "--n-workers", "2")
+    for done in run_rollouts(tmp_path, agent, SQL.reward("execution_match"), tasks, *args, timeout=300):
+        calls = [s for s in done.spans if s.name.startswith("llm")]
+        agents = [c.attributes.get("agent") for c in calls]
+        assert agents[:2] == ["writer", "checker"]
+        assert set(agents) <= {"writer", "checker", "rewriter"}
+        assert len(calls) <= 4  # write, check, and at most one rewrite and check
+        if "rewriter" in agents:
+            assert agents == ["writer", "checker", "rewriter", "checker"]
+        primary = [r for r in done.rewards if r.primary]
+        assert len(primary) == 1
+        assert primary[0].source == "evaluator" and primary[0].value in (0.0, 1.0)

@@ -3,7 +3,6 @@ one chat-like span with token ids, answered (and streamed) as Messages objects a
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,6 +11,7 @@ import anthropic
 import httpx
 import pytest
 
+from tests.gateway.dialect_helpers import call_through_pause, only_span
 from tests.gateway.scripted_upstream import FIRST_TOKEN_ID, PROMPT_IDS, Script, ScriptedCall, scripted_rig
 from tests.rigs import GatewayRig
 from tether.adapters.build import build_transitions
@@ -43,12 +43,6 @@ def client(rig: GatewayRig, rollout_id: str, key: str) -> anthropic.Anthropic:
 def session(rig: GatewayRig) -> tuple[str, anthropic.Anthropic]:
     rollout_id, _, key = rig.session()
     return rollout_id, client(rig, rollout_id, key)
-
-
-def only_span(rig: GatewayRig, rollout_id: str):  # noqa: ANN201
-    spans = rig.store.query_spans(rollout_id=rollout_id)
-    assert len(spans) == 1
-    return spans[0]
 
 
 def test_text_message_is_translated_and_recorded(srig: GatewayRig, script: Script) -> None:
@@ -269,21 +263,9 @@ def test_upstream_failure_is_an_anthropic_api_error(tmp_path: Path) -> None:
 
 def test_paused_gateway_holds_messages_calls(srig: GatewayRig, script: Script) -> None:
     rollout_id, llm = session(srig)
-    admin = {"Authorization": f"Bearer {srig.auth.admin_token}"}
-    httpx.post(f"{srig.url}/admin/pause", json={"drain": True}, headers=admin).raise_for_status()
-    results: list[Any] = []
-    agent = threading.Thread(
-        target=lambda: results.append(llm.messages.create(model="policy", messages=HELLO, max_tokens=8))
+    results = call_through_pause(
+        srig, script, lambda: llm.messages.create(model="policy", messages=HELLO, max_tokens=8)
     )
-    agent.start()
-    for _ in range(2000):
-        if httpx.get(f"{srig.url}/admin/status", headers=admin).json()["waiting"] == 1:
-            break
-    else:
-        raise AssertionError("the call never reached the paused gateway")
-    assert results == [] and script.requests == []
-    httpx.post(f"{srig.url}/admin/resume", headers=admin).raise_for_status()
-    agent.join(timeout=30)
     assert results and results[0].content[0].text == script.text
     assert len(srig.store.query_spans(rollout_id=rollout_id)) == 1
 

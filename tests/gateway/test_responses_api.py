@@ -3,7 +3,6 @@ chat-like span with token ids, answered (and streamed) as Responses objects and 
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,6 +11,7 @@ import httpx
 import openai
 import pytest
 
+from tests.gateway.dialect_helpers import call_through_pause, only_span
 from tests.gateway.scripted_upstream import FIRST_TOKEN_ID, PROMPT_IDS, Script, ScriptedCall, scripted_rig
 from tests.rigs import GatewayRig
 from tether.adapters.build import build_transitions
@@ -37,12 +37,6 @@ def srig(tmp_path: Path, script: Script) -> Iterator[GatewayRig]:
 
 def client(base_url: str, key: str) -> openai.OpenAI:
     return openai.OpenAI(base_url=base_url, api_key=key, max_retries=0)
-
-
-def only_span(rig: GatewayRig, rollout_id: str):  # noqa: ANN201
-    spans = rig.store.query_spans(rollout_id=rollout_id)
-    assert len(spans) == 1
-    return spans[0]
 
 
 def test_text_response_is_translated_and_recorded(srig: GatewayRig, script: Script) -> None:
@@ -261,24 +255,9 @@ def test_wrong_key_is_refused(srig: GatewayRig, script: Script) -> None:
 
 def test_paused_gateway_holds_responses_calls(srig: GatewayRig, script: Script) -> None:
     rollout_id, base_url, key = srig.session()
-    admin = {"Authorization": f"Bearer {srig.auth.admin_token}"}
-    httpx.post(f"{srig.url}/admin/pause", json={"drain": True}, headers=admin).raise_for_status()
-    results: list[str] = []
-    agent = threading.Thread(
-        target=lambda: results.append(
-            client(base_url, key).responses.create(model="policy", input="hi").output_text
-        )
-    )
-    agent.start()
-    for _ in range(2000):
-        if httpx.get(f"{srig.url}/admin/status", headers=admin).json()["waiting"] == 1:
-            break
-    else:
-        raise AssertionError("the call never reached the paused gateway")
-    assert results == [] and script.requests == []
-    httpx.post(f"{srig.url}/admin/resume", headers=admin).raise_for_status()
-    agent.join(timeout=30)
-    assert results == [script.text]
+    llm = client(base_url, key)
+    results = call_through_pause(srig, script, lambda: llm.responses.create(model="policy", input="hi"))
+    assert [reply.output_text for reply in results] == [script.text]
     assert len(srig.store.query_spans(rollout_id=rollout_id)) == 1
 
 

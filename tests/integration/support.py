@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from tests.integration.scripted_upstream import TOKEN_LOGPROB, Script
+from tests.integration.tools import CITY, TOOL_RESULT
 from tests.rigs import GatewayRig
 from tether.store.models import Span
 
@@ -73,6 +74,15 @@ def tool_results_sent(script: Script, call: int) -> list[str]:
     """The contents of the tool messages in the `call`-th request the model received."""
     messages = script.requests[call].get("messages") or []
     return [_text(m.get("content")) for m in messages if m.get("role") == "tool"]
+
+
+def assert_weather_round_trip(scripted: Scripted) -> list[Span]:
+    """Checks a run of `WEATHER_TOOL_SCRIPT`: both calls recorded, the first asking for the weather in
+    `CITY`, and the tool's result sent back to the model in the second. Returns the two spans."""
+    spans = assert_recorded(scripted.session, scripted.script)
+    assert recorded_tool_calls(spans[0]) == [("get_weather", {"city": CITY})]
+    assert tool_results_sent(scripted.script, 1) == [TOOL_RESULT]
+    return spans
 
 
 def _text(content: Any) -> str:

@@ -10,16 +10,8 @@ from autogen_agentchat.messages import TextMessage, ToolCallExecutionEvent
 from autogen_core.models import ModelFamily, ModelInfo
 from autogen_ext.models.openai import OpenAIChatCompletionClient
 
-from tests.integration.support import (
-    MODEL,
-    Scripted,
-    Session,
-    assert_engine_span,
-    assert_recorded,
-    recorded_tool_calls,
-    tool_results_sent,
-)
-from tests.integration.tools import CITY, FINAL_ANSWER, FORECAST, QUESTION, WEATHER_TOOL_SCRIPT, get_weather
+from tests.integration.support import MODEL, Scripted, Session, assert_engine_span, assert_weather_round_trip
+from tests.integration.tools import FINAL_ANSWER, QUESTION, TOOL_RESULT, WEATHER_TOOL_SCRIPT, get_weather
 
 pytestmark = pytest.mark.integration
 
@@ -56,10 +48,8 @@ async def test_assistant_with_tool(scripted: Scripted) -> None:
     final = result.messages[-1]
     assert isinstance(final, TextMessage) and final.content == FINAL_ANSWER
     [execution] = [m for m in result.messages if isinstance(m, ToolCallExecutionEvent)]
-    assert [r.content for r in execution.content] == [f"{CITY}: {FORECAST}"]
-    tool_span, _ = assert_recorded(scripted.session, scripted.script)
-    assert recorded_tool_calls(tool_span) == [("get_weather", {"city": CITY})]
-    assert tool_results_sent(scripted.script, 1) == [f"{CITY}: {FORECAST}"]
+    assert [r.content for r in execution.content] == [TOOL_RESULT]
+    assert_weather_round_trip(scripted)
 
 
 async def test_engine_answers_plain_assistant(engine_session: Session) -> None:

@@ -11,16 +11,8 @@ from langchain_openai import ChatOpenAI
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 
-from tests.integration.support import (
-    MODEL,
-    Scripted,
-    Session,
-    assert_engine_span,
-    assert_recorded,
-    recorded_tool_calls,
-    tool_results_sent,
-)
-from tests.integration.tools import CITY, FINAL_ANSWER, FORECAST, QUESTION, WEATHER_TOOL_SCRIPT, get_weather
+from tests.integration.support import MODEL, Scripted, Session, assert_engine_span, assert_weather_round_trip
+from tests.integration.tools import FINAL_ANSWER, QUESTION, TOOL_RESULT, WEATHER_TOOL_SCRIPT, get_weather
 
 pytestmark = pytest.mark.integration
 
@@ -57,10 +49,8 @@ def test_tool_using_graph(scripted: Scripted) -> None:
 
     assert isinstance(messages[-1], AIMessage) and messages[-1].content == FINAL_ANSWER
     tool_messages = [m for m in messages if isinstance(m, ToolMessage)]
-    assert [m.content for m in tool_messages] == [f"{CITY}: {FORECAST}"]
-    tool_span, _ = assert_recorded(scripted.session, scripted.script)
-    assert recorded_tool_calls(tool_span) == [("get_weather", {"city": CITY})]
-    assert tool_results_sent(scripted.script, 1) == [f"{CITY}: {FORECAST}"]
+    assert [m.content for m in tool_messages] == [TOOL_RESULT]
+    assert_weather_round_trip(scripted)
 
 
 def test_engine_answers_plain_graph(engine_session: Session) -> None:

@@ -17,16 +17,8 @@ from agents import (
     set_tracing_disabled,
 )
 
-from tests.integration.support import (
-    MODEL,
-    Scripted,
-    Session,
-    assert_engine_span,
-    assert_recorded,
-    recorded_tool_calls,
-    tool_results_sent,
-)
-from tests.integration.tools import CITY, FINAL_ANSWER, FORECAST, QUESTION, WEATHER_TOOL_SCRIPT, get_weather
+from tests.integration.support import MODEL, Scripted, Session, assert_engine_span, assert_weather_round_trip
+from tests.integration.tools import FINAL_ANSWER, QUESTION, TOOL_RESULT, WEATHER_TOOL_SCRIPT, get_weather
 
 pytestmark = pytest.mark.integration
 
@@ -61,9 +53,7 @@ async def test_agent_with_tool_in_chat_completions_mode(scripted: Scripted) -> N
     result = await Runner.run(weather_agent(chat_model(scripted.session)), QUESTION)
     assert result.final_output == FINAL_ANSWER
 
-    tool_span, _ = assert_recorded(scripted.session, scripted.script)
-    assert recorded_tool_calls(tool_span) == [("get_weather", {"city": CITY})]
-    assert tool_results_sent(scripted.script, 1) == [f"{CITY}: {FORECAST}"]
+    assert_weather_round_trip(scripted)
     assert all(span.attributes["call"] == "chat" for span in scripted.session.spans())
 
 
@@ -72,14 +62,12 @@ async def test_agent_with_tool_in_responses_mode(scripted: Scripted) -> None:
     result = await Runner.run(weather_agent(responses_model(scripted.session)), QUESTION)
     assert result.final_output == FINAL_ANSWER
 
-    tool_span, answer_span = assert_recorded(scripted.session, scripted.script)
+    tool_span, answer_span = assert_weather_round_trip(scripted)
     assert [span.attributes.get("api") for span in (tool_span, answer_span)] == ["responses", "responses"]
-    assert recorded_tool_calls(tool_span) == [("get_weather", {"city": CITY})]
-    assert tool_results_sent(scripted.script, 1) == [f"{CITY}: {FORECAST}"]
     # The span keeps the request as the agent sent it, in the Responses shape.
     sent = answer_span.attributes["request"]["input"]
     outputs = [item["output"] for item in sent if item.get("type") == "function_call_output"]
-    assert outputs == [f"{CITY}: {FORECAST}"]
+    assert outputs == [TOOL_RESULT]
 
 
 async def test_engine_answers_plain_agent(engine_session: Session) -> None:

@@ -14,6 +14,7 @@ from tests.integration.support import (
     Session,
     assert_engine_span,
     assert_recorded,
+    assert_weather_round_trip,
     recorded_tool_calls,
 )
 from tests.integration.tools import CITY, FINAL_ANSWER, QUESTION, WEATHER_TOOL_SCRIPT, get_weather
@@ -75,8 +76,7 @@ def test_tool_call_round_trip(scripted: Scripted) -> None:
     second = sdk.chat.completions.create(model=MODEL, messages=messages, tools=[WEATHER_TOOL])
     assert second.choices[0].message.content == FINAL_ANSWER
 
-    tool_span, answer_span = assert_recorded(scripted.session, scripted.script)
-    assert recorded_tool_calls(tool_span) == [("get_weather", {"city": CITY})]
+    _, answer_span = assert_weather_round_trip(scripted)
     sent_back = scripted.script.requests[1]["messages"][-1]
     assert sent_back == {"role": "tool", "tool_call_id": call.id, "content": result}
     assert answer_span.attributes["request"]["messages"][-1] == sent_back

@@ -8,6 +8,7 @@ CITY = "Paris"
 FORECAST = "sunny, 21 degrees"
 FINAL_ANSWER = f"The weather in {CITY} is {FORECAST}."
 QUESTION = f"What is the weather in {CITY}?"
+TOOL_RESULT = f"{CITY}: {FORECAST}"  # what get_weather(CITY) returns
 
 
 def get_weather(city: str) -> str:

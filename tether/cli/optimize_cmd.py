@@ -121,25 +121,13 @@ def _inputs(args: argparse.Namespace) -> Inputs:
 
 
 def _configs(args: argparse.Namespace) -> APOConfig | ParetoConfig:
+    shared = {"budget": args.budget, "val_batch_size": args.val_batch_size, "seed": args.seed}
     try:
         if args.algorithm == "apo":
-            return APOConfig(
-                beam_width=args.beam_width,
-                branch_factor=args.branch_factor,
-                rounds=args.rounds,
-                batch_size=args.batch_size,
-                val_batch_size=args.val_batch_size,
-                budget=args.budget,
-                seed=args.seed,
-            )
-        return ParetoConfig(
-            budget=args.budget,
-            minibatch_size=args.batch_size,
-            val_batch_size=args.val_batch_size,
-            merge_probability=args.merge_probability,
-            max_iterations=args.max_iterations,
-            seed=args.seed,
-        )
+            apo = {"beam_width": args.beam_width, "branch_factor": args.branch_factor, "rounds": args.rounds}
+            return APOConfig(**apo, batch_size=args.batch_size, **shared)
+        pareto = {"merge_probability": args.merge_probability, "max_iterations": args.max_iterations}
+        return ParetoConfig(**pareto, minibatch_size=args.batch_size, **shared)
     except ValueError as exc:
         raise SystemExit(f"tether optimize-prompt: {exc}") from None
 

@@ -8,9 +8,9 @@ translates the chat answer (or the relayed chat stream, event by event) back.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -65,6 +65,13 @@ def expect_list(value: Any, param: str, *, non_empty: bool = False) -> list[Any]
     return value
 
 
+def expect_dicts(value: Any, param: str, *, non_empty: bool = False) -> Iterator[tuple[dict[str, Any], str]]:
+    """The objects of a list, each with its own param (`param[i]`) for the errors about it."""
+    for position, item in enumerate(expect_list(value, param, non_empty=non_empty)):
+        where = f"{param}[{position}]"
+        yield expect_dict(item, where), where
+
+
 def expect_str(value: Any, param: str) -> str:
     if not isinstance(value, str):
         raise bad_request(f"'{param}' must be a string", param=param)
@@ -75,6 +82,13 @@ def copy_sampling(body: dict[str, Any], chat: dict[str, Any], names: Iterable[st
     for name in names:
         if body.get(name) is not None:
             chat[name] = body[name]
+
+
+def copy_stream(body: dict[str, Any], chat: dict[str, Any]) -> None:
+    """A streamed request is made as a streamed chat call, with the usage in its last chunk."""
+    if body.get("stream"):
+        chat["stream"] = True
+        chat["stream_options"] = {"include_usage": True}
 
 
 def arguments_text(value: Any, param: str) -> str:
@@ -227,6 +241,41 @@ async def chat_deltas(chunks: AsyncIterator[dict[str, Any]], end: StreamEnd) -> 
             if choice.get("finish_reason"):
                 end.finish_reason = choice["finish_reason"]
                 end.stop_reason = choice.get("stop_reason")
+
+
+class EventWriter(Protocol):
+    """A dialect's events for each part of a relayed chat stream."""
+
+    def start(self) -> list[bytes]: ...
+    def text(self, delta: str) -> list[bytes]: ...
+    def tool_start(self, call: ToolCall) -> list[bytes]: ...
+    def tool_args(self, call: ToolCall, delta: str) -> list[bytes]: ...
+    def finish(self, end: StreamEnd) -> list[bytes]: ...
+    def fail(self, error: dict[str, Any]) -> list[bytes]: ...
+
+
+async def write_events(writer: EventWriter, chunks: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
+    """The writer's events for a chat stream: its start, one batch a delta, then its finish, or its failure
+    (and nothing more) when the stream ends in an error."""
+    for event in writer.start():
+        yield event
+    end = StreamEnd()
+    try:
+        async for delta in chat_deltas(chunks, end):
+            if isinstance(delta, TextDelta):
+                events = writer.text(delta.text)
+            elif isinstance(delta, ToolStart):
+                events = writer.tool_start(delta.call)
+            else:
+                events = writer.tool_args(delta.call, delta.delta)
+            for event in events:
+                yield event
+    except StreamFailed as exc:
+        for event in writer.fail(exc.error):
+            yield event
+        return
+    for event in writer.finish(end):
+        yield event
 
 
 async def close_quietly(iterator: AsyncIterator[Any]) -> None:

@@ -15,15 +15,13 @@ from starlette.responses import Response
 
 from tether.gateway.dialects.common import (
     StreamEnd,
-    StreamFailed,
-    TextDelta,
     ToolCall,
-    ToolStart,
     bad_request,
-    chat_deltas,
     check_fields,
     copy_sampling,
+    copy_stream,
     expect_dict,
+    expect_dicts,
     expect_list,
     expect_str,
     new_id,
@@ -31,6 +29,7 @@ from tether.gateway.dialects.common import (
     read_chat_answer,
     require_default,
     sse_event,
+    write_events,
 )
 from tether.gateway.errors import GatewayError
 
@@ -85,8 +84,8 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
     if max_tokens is None:
         raise bad_request("'max_tokens' is required", param="max_tokens")
     messages = _system(body.get("system"))
-    for position, message in enumerate(expect_list(body.get("messages"), "messages", non_empty=True)):
-        _add_message(messages, expect_dict(message, f"messages[{position}]"), f"messages[{position}]")
+    for message, where in expect_dicts(body.get("messages"), "messages", non_empty=True):
+        _add_message(messages, message, where)
     chat: dict[str, Any] = {"model": body.get("model"), "messages": messages, "max_tokens": max_tokens}
     if body.get("tools") is not None:
         chat["tools"] = _tools(body["tools"])
@@ -99,9 +98,7 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
         if stops:
             chat["stop"] = stops
     copy_sampling(body, chat, ("temperature", "top_p"))
-    if body.get("stream"):
-        chat["stream"] = True
-        chat["stream_options"] = {"include_usage": True}
+    copy_stream(body, chat)
     return chat
 
 
@@ -197,17 +194,16 @@ def _result_text(content: Any, param: str) -> str:
 
 def _tools(tools: Any) -> list[dict[str, Any]]:
     out = []
-    for position, tool in enumerate(expect_list(tools, "tools")):
-        tool = expect_dict(tool, f"tools[{position}]")
+    for tool, where in expect_dicts(tools, "tools"):
         if tool.get("type") not in (None, "custom"):
             raise bad_request(
                 f"tools of type {tool.get('type')!r} (server or built-in tools) are not supported by the "
                 "Tether gateway; only client tools with an 'input_schema'",
-                param=f"tools[{position}].type",
+                param=f"{where}.type",
             )
         function: dict[str, Any] = {
-            "name": expect_str(tool.get("name"), f"tools[{position}].name"),
-            "parameters": expect_dict(tool.get("input_schema"), f"tools[{position}].input_schema"),
+            "name": expect_str(tool.get("name"), f"{where}.name"),
+            "parameters": expect_dict(tool.get("input_schema"), f"{where}.input_schema"),
         }
         if tool.get("description") is not None:
             function["description"] = tool["description"]
@@ -310,7 +306,7 @@ class _MessageStream:
         self.blocks: list[ToolCall | None] = []  # None: a text block
         self.open_text: int | None = None
 
-    def start(self) -> bytes:
+    def start(self) -> list[bytes]:
         message = {
             "id": new_id("msg_"),
             "type": "message",
@@ -321,7 +317,7 @@ class _MessageStream:
             "stop_sequence": None,
             "usage": {"input_tokens": 0, "output_tokens": 0},
         }
-        return _event("message_start", message=message)
+        return [_event("message_start", message=message)]
 
     def text(self, delta: str) -> list[bytes]:
         events = []
@@ -336,6 +332,9 @@ class _MessageStream:
         self._close_text(events)
         self._open(call, {"type": "tool_use", "id": call.call_id, "name": call.name, "input": {}}, events)
         return events
+
+    def tool_args(self, call: ToolCall, delta: str) -> list[bytes]:
+        return []  # the arguments accumulate on the call, and are sent when its block closes
 
     def _open(self, call: ToolCall | None, block: dict[str, Any], events: list[bytes]) -> int:
         index = len(self.blocks)
@@ -365,26 +364,12 @@ class _MessageStream:
         events.append(_event("message_stop"))
         return events
 
+    def fail(self, error: dict[str, Any]) -> list[bytes]:
+        return [_event("error", error=_error_object(error.get("message") or "the model call failed", 500))]
 
-async def stream(chunks: AsyncIterator[dict[str, Any]], request: dict[str, Any]) -> AsyncIterator[bytes]:
-    state = _MessageStream(request)
-    yield state.start()
-    end = StreamEnd()
-    try:
-        async for delta in chat_deltas(chunks, end):
-            if isinstance(delta, TextDelta):
-                events = state.text(delta.text)
-            elif isinstance(delta, ToolStart):
-                events = state.tool_start(delta.call)
-            else:
-                events = []  # arguments accumulate on the call; sent when its block closes
-            for event in events:
-                yield event
-    except StreamFailed as exc:
-        yield _event("error", error=_error_object(exc.error.get("message") or "the model call failed", 500))
-        return
-    for event in state.finish(end):
-        yield event
+
+def stream(chunks: AsyncIterator[dict[str, Any]], request: dict[str, Any]) -> AsyncIterator[bytes]:
+    return write_events(_MessageStream(request), chunks)
 
 
 def _error_object(message: str, status: int) -> dict[str, str]:

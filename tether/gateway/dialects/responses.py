@@ -16,24 +16,21 @@ from starlette.responses import Response
 from tether.gateway.dialects.common import (
     ChatAnswer,
     StreamEnd,
-    StreamFailed,
-    TextDelta,
-    ToolArgs,
     ToolCall,
-    ToolStart,
     arguments_text,
     bad_request,
-    chat_deltas,
     check_fields,
     copy_sampling,
+    copy_stream,
     expect_dict,
-    expect_list,
+    expect_dicts,
     expect_str,
     new_id,
     positive_int,
     read_chat_answer,
     require_default,
     sse_event,
+    write_events,
 )
 from tether.gateway.errors import GatewayError
 
@@ -93,9 +90,7 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
     response_format = _response_format(body.get("text"))
     if response_format is not None:
         chat["response_format"] = response_format
-    if body.get("stream"):
-        chat["stream"] = True
-        chat["stream_options"] = {"include_usage": True}
+    copy_stream(body, chat)
     return chat
 
 
@@ -108,8 +103,8 @@ def _messages(body: dict[str, Any]) -> list[dict[str, Any]]:
     if isinstance(raw, str):
         messages.append({"role": "user", "content": raw})
         return messages
-    for position, item in enumerate(expect_list(raw, "input", non_empty=True)):
-        _add_item(messages, expect_dict(item, f"input[{position}]"), f"input[{position}]")
+    for item, where in expect_dicts(raw, "input", non_empty=True):
+        _add_item(messages, item, where)
     return messages
 
 
@@ -155,30 +150,28 @@ def _text(content: Any, param: str) -> str:
     if isinstance(content, str):
         return content
     parts = []
-    for position, part in enumerate(expect_list(content, param)):
-        part = expect_dict(part, f"{param}[{position}]")
+    for part, where in expect_dicts(content, param):
         if part.get("type") not in TEXT_PARTS:
             raise bad_request(
                 f"content parts of type {part.get('type')!r} are not supported by the Tether gateway "
                 "(only text)",
-                param=f"{param}[{position}].type",
+                param=f"{where}.type",
             )
         text = part.get("refusal") if part.get("type") == "refusal" else part.get("text")
-        parts.append(expect_str(text, f"{param}[{position}].text"))
+        parts.append(expect_str(text, f"{where}.text"))
     return "\n".join(parts)
 
 
 def _tools(tools: Any) -> list[dict[str, Any]]:
     out = []
-    for position, tool in enumerate(expect_list(tools, "tools")):
-        tool = expect_dict(tool, f"tools[{position}]")
+    for tool, where in expect_dicts(tools, "tools"):
         if tool.get("type") != "function":
             raise bad_request(
                 f"tools of type {tool.get('type')!r} (built-in tools) are not supported by the Tether "
                 "gateway; only 'function' tools",
-                param=f"tools[{position}].type",
+                param=f"{where}.type",
             )
-        function: dict[str, Any] = {"name": expect_str(tool.get("name"), f"tools[{position}].name")}
+        function: dict[str, Any] = {"name": expect_str(tool.get("name"), f"{where}.name")}
         for key in ("description", "parameters", "strict"):
             if tool.get(key) is not None:
                 function[key] = tool[key]
@@ -341,6 +334,9 @@ class _ResponseStream:
         self.sequence += 1
         return sse_event(kind, payload)
 
+    def item_event(self, kind: str, item: _OpenItem, **fields: Any) -> bytes:
+        return self.event(kind, item_id=item.item_id, output_index=item.output_index, **fields)
+
     def start(self) -> list[bytes]:
         return [
             self.event("response.created", response=self.envelope),
@@ -353,16 +349,10 @@ class _ResponseStream:
         if current is None or current.call is not None:
             current = self._open_message(events)
         current.text.append(delta)
-        events.append(
-            self.event(
-                "response.output_text.delta",
-                item_id=current.item_id,
-                output_index=current.output_index,
-                content_index=0,
-                delta=delta,
-                logprobs=[],
-            )
+        delta_event = self.item_event(
+            "response.output_text.delta", current, content_index=0, delta=delta, logprobs=[]
         )
+        events.append(delta_event)
         return events
 
     def _open_message(self, events: list[bytes]) -> _OpenItem:
@@ -371,15 +361,7 @@ class _ResponseStream:
         message = _message_item(item.item_id, "", "in_progress")
         part = message["content"].pop()
         events.append(self.event("response.output_item.added", output_index=item.output_index, item=message))
-        events.append(
-            self.event(
-                "response.content_part.added",
-                item_id=item.item_id,
-                output_index=item.output_index,
-                content_index=0,
-                part=part,
-            )
-        )
+        events.append(self.item_event("response.content_part.added", item, content_index=0, part=part))
         return item
 
     def tool_start(self, call: ToolCall) -> list[bytes]:
@@ -391,14 +373,7 @@ class _ResponseStream:
 
     def tool_args(self, call: ToolCall, delta: str) -> list[bytes]:
         item = self.by_call[id(call)]
-        return [
-            self.event(
-                "response.function_call_arguments.delta",
-                item_id=item.item_id,
-                output_index=item.output_index,
-                delta=delta,
-            )
-        ]
+        return [self.item_event("response.function_call_arguments.delta", item, delta=delta)]
 
     def finish(self, end: StreamEnd) -> list[bytes]:
         events: list[bytes] = []
@@ -414,20 +389,18 @@ class _ResponseStream:
         return events
 
     def _close(self, item: _OpenItem, status: str, events: list[bytes]) -> dict[str, Any]:
-        where = {"item_id": item.item_id, "output_index": item.output_index}
         if item.call is not None:
             done = _call_item(item.item_id, item.call, "completed")
-            events.append(
-                self.event("response.function_call_arguments.done", **where, arguments=done["arguments"])
-            )
+            arguments = done["arguments"]
+            events.append(self.item_event("response.function_call_arguments.done", item, arguments=arguments))
         else:
             done = _message_item(item.item_id, "".join(item.text), status)
             part = done["content"][0]
             text = part["text"]
             events.append(
-                self.event("response.output_text.done", **where, content_index=0, text=text, logprobs=[])
+                self.item_event("response.output_text.done", item, content_index=0, text=text, logprobs=[])
             )
-            events.append(self.event("response.content_part.done", **where, content_index=0, part=part))
+            events.append(self.item_event("response.content_part.done", item, content_index=0, part=part))
         events.append(self.event("response.output_item.done", output_index=item.output_index, item=done))
         return done
 
@@ -441,28 +414,8 @@ class _ResponseStream:
         ]
 
 
-async def stream(chunks: AsyncIterator[dict[str, Any]], request: dict[str, Any]) -> AsyncIterator[bytes]:
-    state = _ResponseStream(request)
-    for event in state.start():
-        yield event
-    end = StreamEnd()
-    try:
-        async for delta in chat_deltas(chunks, end):
-            if isinstance(delta, TextDelta):
-                events = state.text(delta.text)
-            elif isinstance(delta, ToolStart):
-                events = state.tool_start(delta.call)
-            else:
-                assert isinstance(delta, ToolArgs)
-                events = state.tool_args(delta.call, delta.delta)
-            for event in events:
-                yield event
-    except StreamFailed as exc:
-        for event in state.fail(exc.error):
-            yield event
-        return
-    for event in state.finish(end):
-        yield event
+def stream(chunks: AsyncIterator[dict[str, Any]], request: dict[str, Any]) -> AsyncIterator[bytes]:
+    return write_events(_ResponseStream(request), chunks)
 
 
 def error_response(error: GatewayError) -> Response:
