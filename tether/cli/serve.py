@@ -18,7 +18,8 @@ from tether.gateway import (
 )
 from tether.gateway.server import listen, url_of
 from tether.project import Project
-from tether.store import SQLiteStore
+from tether.store import SQLiteStore, StoreError
+from tether.store.recovery import DEFAULT_HEARTBEAT_TIMEOUT_S, StaleSweeper
 
 console = Console(stderr=True)
 
@@ -51,6 +52,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--no-session", action="store_true", help="do not open an ad-hoc session rollout")
     parser.add_argument("--log-level", default="warning", help="uvicorn log level")
+    parser.add_argument(
+        "--heartbeat-timeout",
+        type=float,
+        default=DEFAULT_HEARTBEAT_TIMEOUT_S,
+        metavar="SECONDS",
+        help="a running attempt whose worker has not heartbeated for this long is timed out and its "
+        "rollout requeued (checked at start, so a restart recovers what was running, then periodically)",
+    )
     parser.set_defaults(run=run)
 
 
@@ -76,12 +85,19 @@ def _is_loopback(host: str) -> bool:
 def run(args: argparse.Namespace) -> int:
     project = Project.at(args.project_dir)
     routes = parse_routes(args.route)
+    if args.heartbeat_timeout <= 0:
+        raise SystemExit("tether serve: --heartbeat-timeout must be positive")
     if not _is_loopback(args.host):
+        # There is no way to turn auth off, so the warning is about exposure, not an open server.
         console.print(
             f"[yellow]warning:[/] binding {args.host}: the gateway is reachable from other machines; "
             "keep the admin token secret"
         )
-    store = SQLiteStore(project.store_path)
+    try:
+        store = SQLiteStore(project.store_path)
+    except StoreError as exc:
+        raise SystemExit(f"tether serve: {exc}") from None
+    sweeper = StaleSweeper(store, args.heartbeat_timeout)
     authority = project.authority()
     token_path = project.write_admin_token(authority)
     gateway = Gateway(store, authority, GatewayConfig(routes=routes))
@@ -95,9 +111,11 @@ def run(args: argparse.Namespace) -> int:
     # The socket already listens: an agent started as soon as "ready" is printed just queues briefly.
     _announce(gateway, project, token_path, open_session=not args.no_session)
     server = uvicorn.Server(uvicorn.Config(app, log_level=args.log_level))
+    sweeper.start()
     try:
         server.run(sockets=[sock])
     finally:
+        sweeper.stop()
         sock.close()
         store.close()
     return 0

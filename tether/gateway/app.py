@@ -618,36 +618,20 @@ def create_gateway_app(gateway: Gateway) -> FastAPI:
     return app
 
 
+# The model-call routes under each of CALL_PREFIXES: path, kind, OpenAPI tag and summary.
+_CALL_ROUTES: tuple[tuple[str, RouteKind, str, str], ...] = (
+    ("/chat/completions", "chat", "openai", "Chat completions (OpenAI-compatible)"),
+    ("/completions", "completions", "openai", "Completions (OpenAI-compatible)"),
+    ("/responses", "responses", "openai", "Responses (OpenAI Responses API, function tools; stateless)"),
+    ("/messages", "messages", "anthropic", "Messages (Anthropic Messages API, client tools)"),
+)
+
+
 def _add_model_routes(app: FastAPI, gateway: Gateway) -> None:
     for prefix in CALL_PREFIXES:
-        app.add_api_route(
-            prefix + "/chat/completions",
-            _call_endpoint(gateway, "chat"),
-            methods=["POST"],
-            tags=["openai"],
-            summary="Chat completions (OpenAI-compatible)",
-        )
-        app.add_api_route(
-            prefix + "/completions",
-            _call_endpoint(gateway, "completions"),
-            methods=["POST"],
-            tags=["openai"],
-            summary="Completions (OpenAI-compatible)",
-        )
-        app.add_api_route(
-            prefix + "/responses",
-            _call_endpoint(gateway, "responses"),
-            methods=["POST"],
-            tags=["openai"],
-            summary="Responses (OpenAI Responses API, function tools; stateless)",
-        )
-        app.add_api_route(
-            prefix + "/messages",
-            _call_endpoint(gateway, "messages"),
-            methods=["POST"],
-            tags=["anthropic"],
-            summary="Messages (Anthropic Messages API, client tools)",
-        )
+        for path, kind, tag, summary in _CALL_ROUTES:
+            endpoint = _call_endpoint(gateway, kind)
+            app.add_api_route(prefix + path, endpoint, methods=["POST"], tags=[tag], summary=summary)
         app.add_api_route(
             prefix + "/models",
             _models_endpoint(gateway),
@@ -673,8 +657,8 @@ def _call_endpoint(gateway: Gateway, kind: RouteKind):  # noqa: ANN202
 def _models_endpoint(gateway: Gateway):  # noqa: ANN202
     async def models(request: Request, rollout_id: str | None = None) -> dict[str, Any]:
         token = _request_token(request)
-        if not (gateway.auth.is_admin(token) or gateway.auth.rollout_of(token)):
-            raise unauthorized("missing or invalid API key")
+        if not gateway.auth.is_admin(token):
+            gateway.authorize(token, None, rollout_id, None)  # a rollout token: its own live rollout only
         names = sorted(
             {alias for alias in gateway.config.routes if alias != DEFAULT_ROUTE} | set(gateway.upstreams)
         )

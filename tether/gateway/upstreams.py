@@ -129,6 +129,15 @@ def _choice_count(body: dict[str, Any]) -> int:
     return n
 
 
+def _stream_options(body: dict[str, Any]) -> dict[str, Any]:
+    options = body.get("stream_options")
+    if options is None:
+        return {}
+    if not isinstance(options, dict):
+        raise GatewayError(400, "'stream_options' must be an object", param="stream_options")
+    return options
+
+
 def _wants_logprobs(kind: CallKind, body: dict[str, Any]) -> bool:
     value = body.get("logprobs")
     return bool(value) if kind == "chat" else value is not None and value is not False
@@ -179,6 +188,7 @@ class EngineUpstream:
     def _prepare(
         self, kind: CallKind, body: dict[str, Any]
     ) -> tuple[list[int], list[SamplingParams], ToolPlan]:
+        _stream_options(body)  # checked before generating, not when the stream ends
         plan = _tool_plan(kind, body)
         prompt_ids = self._prompt_ids(kind, body, plan)
         params = sampling_params(body, len(prompt_ids), self.max_context)
@@ -347,7 +357,7 @@ class EngineUpstream:
                 yield sse(envelope([{"index": 0, "delta": payload, "finish_reason": None, "logprobs": None}]))
         yield chunk(None, _finish_reason(record, output), None)
         usage = self._usage(prompt_ids, [record])
-        if (body.get("stream_options") or {}).get("include_usage"):
+        if _stream_options(body).get("include_usage"):
             yield sse(
                 {
                     "id": chunk_id,
@@ -487,7 +497,7 @@ class HTTPUpstream:
         if self.config.request_token_ids:
             out["return_token_ids"] = True
         if out.get("stream"):
-            out["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
+            out["stream_options"] = {**_stream_options(body), "include_usage": True}
         return out
 
     async def _post(self, kind: CallKind, body: dict[str, Any]) -> aiohttp.ClientResponse:
@@ -570,7 +580,7 @@ class HTTPUpstream:
     async def stream(self, kind: CallKind, body: dict[str, Any]) -> AsyncIterator[bytes | CallRecord]:
         response = await self._post(kind, body)
         acc = _StreamAccumulator(kind)
-        wants_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        wants_usage = bool(_stream_options(body).get("include_usage"))
         try:
             async for data in _sse_events(response):
                 if data == b"[DONE]":

@@ -32,6 +32,10 @@ class InvalidTransition(StoreError):
     """A status change that the rollout's current state does not allow (e.g. from a finished state)."""
 
 
+class InvalidValue(StoreError, ValueError):
+    """A value the store cannot keep, e.g. JSON with an integer beyond 64 bits: the caller's mistake."""
+
+
 class StoreAuthError(StoreError):
     """The store server refused the token: missing, invalid or expired (401), or out of its scope (403)."""
 

@@ -23,7 +23,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tether.auth import TokenAuthority
 from tether.errors import APIError
-from tether.store.base import InvalidTransition, NotFound, Store, StoreAuthError, StoreError
+from tether.store.base import InvalidTransition, InvalidValue, NotFound, Store, StoreAuthError, StoreError
 from tether.store.models import (
     Attempt,
     Claim,
@@ -138,6 +138,8 @@ async def _store_error(_: Request, exc: Exception) -> Response:
         return _error_response(404, str(exc), "not_found_error", code, exc.key)
     if isinstance(exc, InvalidTransition):
         return _error_response(409, str(exc), "invalid_request_error", "invalid_transition")
+    if isinstance(exc, InvalidValue):
+        return _error_response(400, str(exc), "invalid_request_error", "invalid_value")
     if isinstance(exc, StoreAuthError):
         return _error_response(503, f"the backing store refused access: {exc}", "server_error", "store_auth")
     return _error_response(503, f"store unavailable: {exc}", "server_error", "store_unavailable")

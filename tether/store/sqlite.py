@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from tether.store.base import InvalidTransition, NotFound, StoreError
+from tether.store.base import InvalidTransition, InvalidValue, NotFound, StoreError
 from tether.store.models import (
     FINISHED_STATUSES,
     Attempt,
@@ -83,7 +83,10 @@ CROSS_PROCESS_RECHECK_S = 0.25
 
 
 def _dumps(value: Any) -> str:
-    return orjson.dumps(value).decode()
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError as exc:  # orjson.JSONEncodeError too: e.g. an integer beyond 64 bits
+        raise InvalidValue(f"cannot store this value as JSON: {exc}") from None
 
 
 def _rollout(row: sqlite3.Row) -> Rollout:
@@ -376,7 +379,9 @@ class SQLiteStore:
         cutoff = now() - heartbeat_timeout
         stale = self._read(
             "SELECT a.rollout_id, a.number FROM attempts a JOIN rollouts r ON r.id = a.rollout_id "
-            "WHERE a.status = 'running' AND r.status = 'running' AND a.heartbeat_at < ?",
+            # Sessions (agents run by hand) have no worker to heartbeat them: they are never stale.
+            "WHERE a.status = 'running' AND r.status = 'running' AND a.heartbeat_at < ? "
+            "AND json_extract(r.metadata, '$.session') IS NOT 1",
             (cutoff,),
         )
         moved = []
