@@ -56,7 +56,7 @@ def test_an_agent_killed_by_a_signal_is_retried_then_failed(rig: GatewayRig, tmp
     script.write_text(KILLS_ITSELF)
     outcome = run_agent(rig, script, timeout_s=60, max_attempts=2)
     assert outcome.status == RolloutStatus.failed and outcome.attempts == 2
-    assert "code -9" in (outcome.error or "")
+    assert "killed by SIGKILL" in (outcome.error or "")
     attempts = rig.store.list_attempts(outcome.rollout_id)
     assert [a.status for a in attempts] == [RolloutStatus.failed] * 2
     spans = rig.store.query_spans(rollout_id=outcome.rollout_id)

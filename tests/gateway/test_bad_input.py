@@ -129,3 +129,15 @@ def test_admin_routes_refuse_rollout_tokens(rig: GatewayRig) -> None:
     assert rig.gateway.admission.paused is False
     admin = {"Authorization": f"Bearer {rig.auth.admin_token}"}
     assert httpx.get(f"{rig.url}/admin/status", headers=admin).status_code == 200
+
+
+def test_an_unsupported_endpoint_is_named_in_an_openai_error(rig: GatewayRig) -> None:
+    _, base_url, api_key = rig.session()
+    client = openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=0)
+    with pytest.raises(openai.NotFoundError) as caught:
+        client.embeddings.create(model="policy", input="hello")
+    error = caught.value.body
+    assert isinstance(error, dict) and error["code"] == "unsupported_endpoint"
+    assert "/embeddings" in error["message"] and "chat/completions" in error["message"]
+    wrong_method = httpx.get(f"{base_url}/chat/completions", headers={"Authorization": f"Bearer {api_key}"})
+    assert wrong_method.status_code == 405 and "GET" in wrong_method.json()["error"]["message"]

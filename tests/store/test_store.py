@@ -151,6 +151,8 @@ def test_unknown_ids_raise_not_found(store: Store) -> None:
     with pytest.raises(NotFound):
         store.heartbeat("ro-missing", 1)
     with pytest.raises(NotFound):
+        store.list_attempts("ro-missing")
+    with pytest.raises(NotFound):
         store.add_rewards([Reward(rollout_id="ro-missing", value=1.0)])
     with pytest.raises(NotFound):
         store.wait_for(["ro-missing"], timeout=0.1)

@@ -610,6 +610,7 @@ def create_gateway_app(gateway: Gateway) -> FastAPI:
     _add_event_routes(app, gateway)
     _add_admin_routes(app, gateway)
     _add_store_routes(app, gateway)
+    _add_unsupported_api_routes(app)
 
     @app.get("/healthz", tags=["meta"])
     async def healthz() -> dict[str, Any]:
@@ -638,6 +639,32 @@ def _add_model_routes(app: FastAPI, gateway: Gateway) -> None:
             methods=["GET"],
             tags=["openai"],
             summary="Models the route map serves",
+        )
+
+
+def _add_unsupported_api_routes(app: FastAPI) -> None:
+    """Any other path under a model-API prefix (embeddings, audio, files, ...): an OpenAI-style 404 that
+    names the endpoint and what is served, instead of a bare "Not Found". Registered after every route."""
+    served = ", ".join([path.lstrip("/") for path, *_ in _CALL_ROUTES] + ["models", "traces"])
+
+    known = {path for path, *_ in _CALL_ROUTES} | {"/models", "/traces"}
+
+    async def unsupported(request: Request, endpoint: str) -> Response:
+        if "/" + endpoint in known:
+            raise GatewayError(405, f"{request.method} is not allowed on {request.url.path}")
+        raise GatewayError(
+            404,
+            f"{request.method} {request.url.path}: this endpoint is not supported by the Tether gateway "
+            f"(it serves {served} under /v1)",
+            code="unsupported_endpoint",
+        )
+
+    for prefix in CALL_PREFIXES:
+        app.add_api_route(
+            prefix + "/{endpoint:path}",
+            unsupported,
+            methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
+            include_in_schema=False,
         )
 
 

@@ -143,8 +143,17 @@ class CommandAgent:
             error = f"timed out after {timeout_s:g}s; process group killed"
         elif code != 0:
             tail = _last_line(stderr) or "no stderr"
-            error = f"agent exited with code {code}: {tail}"
+            error = f"agent {_exit_reason(code)}: {tail}"
         return AgentResult(_last_line(stdout), code, timed_out, error, stdout, stderr)
+
+
+def _exit_reason(code: int | None) -> str:
+    if code is not None and code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"
 
 
 async def _kill_group(process: asyncio.subprocess.Process) -> None:

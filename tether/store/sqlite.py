@@ -432,6 +432,8 @@ class SQLiteStore:
             "FROM attempts WHERE rollout_id = ? ORDER BY number",
             (rollout_id,),
         )
+        if not rows:
+            self.get_rollout(rollout_id)  # an unknown rollout is NotFound, not an empty list
         return [_attempt(row) for row in rows]
 
     def wait_for(self, rollout_ids: Sequence[str], timeout: float | None = None) -> list[Rollout]:
