@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.rigs import GatewayRig, make_engine_rig
+from tests.gateway.fake_upstream import Behaviour, create_fake_upstream
+from tests.helpers import serve_app
+from tests.rigs import GatewayRig, make_engine_rig, make_rig
 
 
 @pytest.fixture(scope="session")
@@ -22,3 +24,20 @@ def tiny_engine() -> Iterator[object]:
 @pytest.fixture
 def engine_rig(tmp_path: Path, tiny_engine: object) -> Iterator[GatewayRig]:
     yield from make_engine_rig(tmp_path, tiny_engine)
+
+
+# A real gateway on loopback in front of the fake upstream (`behaviour` steers the fake).
+@pytest.fixture
+def behaviour() -> Behaviour:
+    return Behaviour()
+
+
+@pytest.fixture
+def upstream_url(behaviour: Behaviour) -> Iterator[str]:
+    with serve_app(create_fake_upstream(behaviour)) as url:
+        yield url + "/v1"
+
+
+@pytest.fixture
+def rig(tmp_path: Path, upstream_url: str, behaviour: Behaviour) -> Iterator[GatewayRig]:
+    yield from make_rig(tmp_path, upstream_url, behaviour)
