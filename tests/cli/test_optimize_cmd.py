@@ -70,7 +70,7 @@ def test_optimize_prompt_improves_the_example_agent(
         assert len(agent_rollouts) == 17
         # The optimizer's calls: recorded under their own rollout, labelled, closed as no training data.
         (session,) = [r for r in rollouts if r.input.get("purpose") == "prompt-optimizer"]
-        assert session.status == RolloutStatus.cancelled
+        assert session.status == RolloutStatus.cancelled and session.mode == "optimizer"
         spans = store.query_spans(rollout_id=session.id, name="llm.chat")
         assert len(spans) == 3 and {s.attributes["agent"] for s in spans} == {"optimizer"}
         assert {r["model"] for r in optimizer.requests} == {"scripted-optimizer"}

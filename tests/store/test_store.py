@@ -204,6 +204,8 @@ def test_start_session_opens_a_running_rollout(store: Store) -> None:
     assert (claim.attempt.number, claim.attempt.worker_id) == (1, "me")
     assert store.get_rollout(claim.rollout.id).status == RolloutStatus.running
     assert store.claim("w") is None
+    assert claim.rollout.mode == "session"
+    assert store.start_session(mode="optimizer").rollout.mode == "optimizer"
 
 
 def test_list_rollouts_by_status_and_time_window(store: Store) -> None:

@@ -145,7 +145,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         with BackgroundServer(create_gateway_app(gateway)) as url:
             gateway.config.public_url = url
-            session = store.start_session({"purpose": "prompt-optimizer"}, worker_id=OPTIMIZER_AGENT)
+            session = store.start_session(
+                {"purpose": "prompt-optimizer"}, worker_id=OPTIMIZER_AGENT, mode=OPTIMIZER_AGENT
+            )
             creds = gateway.credentials(session.rollout.id)
             optimizer = OptimizerLLM(
                 creds["base_url"],

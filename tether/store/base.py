@@ -69,7 +69,9 @@ class Store(Protocol):
         """
         ...
 
-    def start_session(self, input: dict[str, Any] | None = None, worker_id: str = "session") -> Claim:
+    def start_session(
+        self, input: dict[str, Any] | None = None, worker_id: str = "session", mode: str = "session"
+    ) -> Claim:
         """Open a rollout that is already running (for agents run by hand, outside the runner)."""
         ...
 

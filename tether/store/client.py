@@ -172,8 +172,10 @@ class StoreClient:
         body = {"status": RolloutStatus(status).value, "output": output, "error": error, "attempt": attempt}
         return self._post(ROLLOUT, self._rollout_path(rollout_id, "/status"), body)
 
-    def start_session(self, input: dict[str, Any] | None = None, worker_id: str = "session") -> Claim:
-        return self._post(CLAIM, "/store/sessions", {"input": input, "worker_id": worker_id})
+    def start_session(
+        self, input: dict[str, Any] | None = None, worker_id: str = "session", mode: str = "session"
+    ) -> Claim:
+        return self._post(CLAIM, "/store/sessions", {"input": input, "worker_id": worker_id, "mode": mode})
 
     def get_rollout(self, rollout_id: str) -> Rollout:
         return self._get(ROLLOUT, self._rollout_path(rollout_id))

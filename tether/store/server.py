@@ -75,6 +75,7 @@ class ClaimRequest(BaseModel):
 class SessionRequest(BaseModel):
     input: dict[str, Any] | None = None
     worker_id: str = "session"
+    mode: str = "session"
 
 
 class HeartbeatRequest(BaseModel):
@@ -333,7 +334,7 @@ def create_store_router(store: Store, auth: TokenAuthority, *, max_wait_s: float
     @router.post("/sessions", summary="Open a rollout that is already running")
     def start_session(_: Admin, body: SessionRequest | None = None) -> Claim:
         body = body or SessionRequest()
-        return store.start_session(body.input, body.worker_id)
+        return store.start_session(body.input, body.worker_id, body.mode)
 
     @router.get("/rollouts", summary="List rollouts by status and creation time")
     def list_rollouts(

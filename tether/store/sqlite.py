@@ -309,8 +309,10 @@ class SQLiteStore:
         )
         return Claim(rollout=rollout, attempt=attempt)
 
-    def start_session(self, input: dict[str, Any] | None = None, worker_id: str = "session") -> Claim:
-        request = RolloutRequest(task=Task(input=input or {}), metadata={"session": True})
+    def start_session(
+        self, input: dict[str, Any] | None = None, worker_id: str = "session", mode: str = "session"
+    ) -> Claim:
+        request = RolloutRequest(task=Task(input=input or {}), mode=mode, metadata={"session": True})
         # One transaction, so a concurrent claim can never take the session's rollout off the queue.
         with self._write() as db:
             rollout = self._insert_rollouts(db, [request])[0]
