@@ -35,12 +35,12 @@ bench-quick: setup
 	$(BIN)/python -m bench --quick
 
 lint: setup
-	$(BIN)/ruff check tether tests examples
-	$(BIN)/ruff format --check tether tests examples
+	$(BIN)/ruff check tether tests examples bench
+	$(BIN)/ruff format --check tether tests examples bench
 
 format: setup
-	$(BIN)/ruff format tether tests examples
-	$(BIN)/ruff check --fix tether tests examples
+	$(BIN)/ruff format tether tests examples bench
+	$(BIN)/ruff check --fix tether tests examples bench
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache demo-project
