@@ -373,11 +373,7 @@ class Gateway:
         answer = await self.call(ctx, "chat", chat, started)
         if isinstance(answer, bytes):
             return orjson.dumps(dialect.from_chat(orjson.loads(answer), body))
-        return StreamingResponse(
-            translated_stream(dialect, answer.body_iterator, body),
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-        )
+        return _event_stream(translated_stream(dialect, answer.body_iterator, body))
 
     async def serve_call(
         self,
@@ -450,11 +446,7 @@ class Gateway:
         except BaseException:
             self.admission.release()
             raise
-        return StreamingResponse(
-            self._relay(ctx, kind, body, upstream, started, first, events),
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-        )
+        return _event_stream(self._relay(ctx, kind, body, upstream, started, first, events))
 
     async def _relay(
         self,
@@ -485,6 +477,12 @@ class Gateway:
         finally:
             self.admission.release()
             await events.aclose()
+
+
+def _event_stream(events: AsyncIterator[bytes]) -> StreamingResponse:
+    """Server-sent events, unbuffered by proxies in between."""
+    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    return StreamingResponse(events, media_type="text/event-stream", headers=headers)
 
 
 def _without_token_details(response: dict[str, Any]) -> dict[str, Any]:
