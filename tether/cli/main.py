@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from tether import __version__
+from tether.engines.openmp import prefer_passive_waiting
 from tether.cli import optimize_cmd, plot_cmd, rollout_cmd, serve, store_cmd, train_cmd, transitions_cmd
 
 
@@ -30,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    prefer_passive_waiting()
     args = build_parser().parse_args(argv)
     try:
         return int(args.run(args) or 0)

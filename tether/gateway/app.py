@@ -186,7 +186,7 @@ class Gateway:
     def _rollout(self, rollout_id: str) -> Rollout:
         """The rollout, from a small cache that is valid while no rollout changed in this process's store
         (and for at most a second, to see changes made by other processes sharing the file)."""
-        version = getattr(self.store, "rollouts_changed", None)
+        version = self.store.rollouts_epoch()
         now = time.monotonic()
         hit = self._rollouts.get(rollout_id)
         if hit is not None and version is not None and hit[0] == version and now - hit[1] < ROLLOUT_CACHE_S:

@@ -14,7 +14,9 @@ from tether.store.models import (
     SpanEvent,
     Task,
 )
-from tether.store.sqlite import SQLiteStore, open_store
+from tether.store.backends import StoreOptions, StoreURLError, open_store
+from tether.store.reward_rule import final_reward, rollout_reward
+from tether.store.sqlite import SQLiteStore
 
 __all__ = [
     "Attempt",
@@ -33,6 +35,10 @@ __all__ = [
     "StoreAuthError",
     "StoreClient",
     "StoreError",
+    "StoreOptions",
+    "StoreURLError",
     "Task",
+    "final_reward",
     "open_store",
+    "rollout_reward",
 ]

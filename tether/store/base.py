@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any, Protocol
 
 from tether.store.models import (
@@ -45,11 +45,17 @@ class StoreAuthError(StoreError):
 
 
 class Store(Protocol):
-    # rollouts
-    def enqueue(self, requests: Sequence[RolloutRequest]) -> list[Rollout]: ...
+    """Every backend implements this; the lifecycle rules live in `tether.store.lifecycle`, the reward
+    rule in `tether.store.reward_rule`, and `tether.store.backends.open_store` picks a backend by URL."""
 
-    def claim(self, worker_id: str) -> Claim | None:
-        """Atomically take the oldest queued rollout, open a new attempt on it, mark it running."""
+    # rollouts
+    def enqueue(self, requests: Sequence[RolloutRequest]) -> list[Rollout]:
+        """Queue new rollouts. A request whose (run, key) already exists gets the existing rollout back."""
+        ...
+
+    def claim(self, worker_id: str, run: str | None = None) -> Claim | None:
+        """Atomically take the oldest queued rollout (of `run`, when given), open a new attempt on it,
+        mark it running."""
         ...
 
     def heartbeat(self, rollout_id: str, attempt: int) -> None: ...
@@ -83,8 +89,14 @@ class Store(Protocol):
         status: RolloutStatus | None = None,
         since: float | None = None,
         until: float | None = None,
+        run: str | None = None,
         limit: int = 100,
+        offset: int = 0,
     ) -> list[Rollout]: ...
+
+    def list_runs(self) -> list[str]:
+        """The names of the runs that have rollouts, oldest first."""
+        ...
 
     def list_attempts(self, rollout_id: str) -> list[Attempt]: ...
 
@@ -92,8 +104,18 @@ class Store(Protocol):
         """Block until every given rollout is finished, or the timeout passes; returns the finished ones."""
         ...
 
+    def abandon(self, rollout_id: str, attempt: int, reason: str) -> Rollout:
+        """The worker of this running attempt is gone: time it out and requeue the rollout
+        (`lifecycle.abandon_attempt`)."""
+        ...
+
     def requeue_stale(self, heartbeat_timeout: float) -> list[str]:
-        """Send running rollouts whose attempt stopped heartbeating back to the queue (or fail them)."""
+        """Abandon every running attempt that stopped heartbeating; returns their rollout ids."""
+        ...
+
+    def rollouts_epoch(self) -> Hashable:
+        """A value that changes whenever a rollout may have changed. A rollout read while it stays the
+        same is still current, so readers on a hot path (the gateway) may cache rollouts under it."""
         ...
 
     # spans and rewards

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any, TypeVar
 from urllib.parse import quote
 
@@ -40,6 +40,7 @@ RETRYABLE = (httpx.ConnectError, httpx.ReadError, httpx.WriteError, httpx.Remote
 RETRY_DELAYS_S = (0.1, 0.3)
 # Each long-poll stays under the server's cap, so the server answers before the HTTP timeout fires.
 LONG_POLL_S = 50.0
+REMOTE_EPOCH_S = 1.0
 
 
 def _dump(model: BaseModel) -> dict[str, Any]:
@@ -154,8 +155,8 @@ class StoreClient:
     def enqueue(self, requests: Sequence[RolloutRequest]) -> list[Rollout]:
         return self._post(ROLLOUTS, "/store/rollouts", {"requests": [_dump(r) for r in requests]})
 
-    def claim(self, worker_id: str) -> Claim | None:
-        return self._post(MAYBE_CLAIM, "/store/rollouts/claim", {"worker_id": worker_id})
+    def claim(self, worker_id: str, run: str | None = None) -> Claim | None:
+        return self._post(MAYBE_CLAIM, "/store/rollouts/claim", {"worker_id": worker_id, "run": run})
 
     def heartbeat(self, rollout_id: str, attempt: int) -> None:
         self._send("POST", self._rollout_path(rollout_id, "/heartbeat"), body={"attempt": attempt})
@@ -186,11 +187,23 @@ class StoreClient:
         status: RolloutStatus | None = None,
         since: float | None = None,
         until: float | None = None,
+        run: str | None = None,
         limit: int = 100,
+        offset: int = 0,
     ) -> list[Rollout]:
         status_value = None if status is None else RolloutStatus(status).value
-        params = {"status": status_value, "since": since, "until": until, "limit": limit}
+        params = {
+            "status": status_value,
+            "since": since,
+            "until": until,
+            "run": run,
+            "limit": limit,
+            "offset": offset,
+        }
         return self._get(ROLLOUTS, "/store/rollouts", params)
+
+    def list_runs(self) -> list[str]:
+        return self._get(STRINGS, "/store/runs")
 
     def list_attempts(self, rollout_id: str) -> list[Attempt]:
         return self._get(ATTEMPTS, self._rollout_path(rollout_id, "/attempts"))
@@ -211,6 +224,18 @@ class StoreClient:
             finished = self._parse(ROLLOUTS, response)
             if len(finished) == len(ids) or (deadline is not None and time.monotonic() >= deadline):
                 return finished
+
+    def abandon(self, rollout_id: str, attempt: int, reason: str) -> Rollout:
+        body = {"attempt": attempt, "reason": reason}
+        return self._post(ROLLOUT, self._rollout_path(rollout_id, "/abandon"), body)
+
+    def rollouts_epoch(self) -> Hashable:
+        # The server's changes are not visible from here: cached rollouts live at most this long.
+        return int(time.monotonic() / REMOTE_EPOCH_S)
+
+    def ping(self) -> None:
+        """Check that the server answers and accepts the token (StoreError or StoreAuthError if not)."""
+        self._send("GET", "/store/resources", retry=True)
 
     def requeue_stale(self, heartbeat_timeout: float) -> list[str]:
         return self._post(STRINGS, "/store/requeue-stale", {"heartbeat_timeout": heartbeat_timeout})

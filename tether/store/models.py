@@ -56,6 +56,11 @@ class RolloutRequest(BaseModel):
     group_id: str | None = None
     max_attempts: int = Field(default=1, ge=1)
     metadata: dict[str, Any] = Field(default_factory=dict)
+    # The run it belongs to, and its key there: enqueueing a (run, key) that exists returns the existing
+    # rollout instead of a new one, so a re-run resumes instead of duplicating.
+    run: str | None = None
+    key: str | None = None
+    sample: int = Field(default=0, ge=0)  # which of the task's samples (a group's member)
 
 
 class Rollout(BaseModel):
@@ -73,6 +78,10 @@ class Rollout(BaseModel):
     output: str | None = None
     error: str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
+    run: str | None = None
+    key: str | None = None
+    sample: int = 0
+    worker_losses: int = 0  # attempts whose worker died; they do not use up max_attempts
 
 
 class Attempt(BaseModel):

@@ -50,6 +50,7 @@ Limit = Annotated[int, Field(ge=0, le=SQLITE_INT_MAX)]
 
 class RolloutRequestInput(RolloutRequest):
     max_attempts: Annotated[int, Field(ge=1, le=SQLITE_INT_MAX)] = 1
+    sample: Annotated[int, Field(ge=0, le=SQLITE_INT_MAX)] = 0
 
 
 class SpanInput(Span):
@@ -70,6 +71,12 @@ class EnqueueRequest(BaseModel):
 
 class ClaimRequest(BaseModel):
     worker_id: str
+    run: str | None = None
+
+
+class AbandonRequest(BaseModel):
+    attempt: SQLiteInt
+    reason: str = "worker lost"
 
 
 class SessionRequest(BaseModel):
@@ -320,7 +327,7 @@ def create_store_router(store: Store, auth: TokenAuthority, *, max_wait_s: float
 
     @router.post("/rollouts/claim", summary="Claim the oldest queued rollout (null when none)")
     def claim(body: ClaimRequest, _: Admin) -> Claim | None:
-        return store.claim(body.worker_id)
+        return store.claim(body.worker_id, body.run)
 
     @router.post("/rollouts/wait", summary="Long-poll until the rollouts finish or the timeout passes")
     async def wait(body: WaitRequest, _: Admin) -> list[Rollout]:
@@ -342,9 +349,17 @@ def create_store_router(store: Store, auth: TokenAuthority, *, max_wait_s: float
         status: RolloutStatus | None = None,
         since: float | None = None,
         until: float | None = None,
+        run: str | None = None,
         limit: Annotated[Limit, Query()] = 100,
+        offset: Annotated[Limit, Query()] = 0,
     ) -> list[Rollout]:
-        return store.list_rollouts(status=status, since=since, until=until, limit=limit)
+        return store.list_rollouts(
+            status=status, since=since, until=until, run=run, limit=limit, offset=offset
+        )
+
+    @router.get("/runs", summary="The names of the runs that have rollouts")
+    def list_runs(_: Admin) -> list[str]:
+        return store.list_runs()
 
     @router.get("/rollouts/{rollout_id}", summary="Get a rollout")
     def get_rollout(rollout_id: str, who: AnyCaller) -> Rollout:
@@ -360,6 +375,10 @@ def create_store_router(store: Store, auth: TokenAuthority, *, max_wait_s: float
         return store.update_status(
             rollout_id, body.status, output=body.output, error=body.error, attempt=body.attempt
         )
+
+    @router.post("/rollouts/{rollout_id}/abandon", summary="Time out an attempt whose worker is gone")
+    def abandon(rollout_id: str, body: AbandonRequest, _: Admin) -> Rollout:
+        return store.abandon(rollout_id, body.attempt, body.reason)
 
     @router.post("/rollouts/{rollout_id}/heartbeat", status_code=204, summary="Heartbeat a running attempt")
     def heartbeat(rollout_id: str, body: HeartbeatRequest, who: AnyCaller) -> None:

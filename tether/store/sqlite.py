@@ -10,16 +10,17 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from tether.contracts import Meta
+from tether.store import lifecycle
 from tether.store.base import InvalidTransition, InvalidValue, NotFound, StoreError
 from tether.store.models import (
-    FINISHED_STATUSES,
     Attempt,
     Claim,
     Resource,
@@ -41,10 +42,9 @@ CREATE TABLE IF NOT EXISTS tasks (
 CREATE TABLE IF NOT EXISTS rollouts (
     id TEXT PRIMARY KEY, task_id TEXT NOT NULL, input TEXT NOT NULL, mode TEXT NOT NULL,
     group_id TEXT, status TEXT NOT NULL, max_attempts INTEGER NOT NULL, attempt_count INTEGER NOT NULL,
-    created_at REAL NOT NULL, started_at REAL, ended_at REAL, output TEXT, error TEXT, metadata TEXT NOT NULL
+    created_at REAL NOT NULL, started_at REAL, ended_at REAL, output TEXT, error TEXT, metadata TEXT NOT NULL,
+    run TEXT, key TEXT, sample INTEGER NOT NULL DEFAULT 0, worker_losses INTEGER NOT NULL DEFAULT 0
 );
-CREATE INDEX IF NOT EXISTS rollouts_status ON rollouts (status, created_at);
-CREATE INDEX IF NOT EXISTS rollouts_created ON rollouts (created_at);
 CREATE TABLE IF NOT EXISTS attempts (
     rollout_id TEXT NOT NULL, number INTEGER NOT NULL, worker_id TEXT NOT NULL, status TEXT NOT NULL,
     started_at REAL NOT NULL, heartbeat_at REAL NOT NULL, ended_at REAL, error TEXT,
@@ -69,10 +69,23 @@ CREATE TABLE IF NOT EXISTS resources (
     created_at REAL NOT NULL, PRIMARY KEY (name, version)
 );
 """
+# Columns added after the first release, with their definitions: older store files get them on open.
+ADDED_ROLLOUT_COLUMNS = {
+    "run": "TEXT",
+    "key": "TEXT",
+    "sample": "INTEGER NOT NULL DEFAULT 0",
+    "worker_losses": "INTEGER NOT NULL DEFAULT 0",
+}
+INDEXES = """
+CREATE INDEX IF NOT EXISTS rollouts_status ON rollouts (status, created_at);
+CREATE INDEX IF NOT EXISTS rollouts_created ON rollouts (created_at);
+CREATE INDEX IF NOT EXISTS rollouts_run ON rollouts (run, status, created_at);
+CREATE UNIQUE INDEX IF NOT EXISTS rollouts_run_key ON rollouts (run, key) WHERE key IS NOT NULL;
+"""
 
 ROLLOUT_COLUMNS = (
     "id, task_id, input, mode, group_id, status, max_attempts, attempt_count, "
-    "created_at, started_at, ended_at, output, error, metadata"
+    "created_at, started_at, ended_at, output, error, metadata, run, key, sample, worker_losses"
 )
 SPAN_COLUMNS = (
     "seq, rollout_id, attempt, trace_id, span_id, parent_id, name, kind, start_time, end_time, "
@@ -105,6 +118,10 @@ def _rollout(row: sqlite3.Row) -> Rollout:
         output=row["output"],
         error=row["error"],
         metadata=orjson.loads(row["metadata"]),
+        run=row["run"],
+        key=row["key"],
+        sample=row["sample"],
+        worker_losses=row["worker_losses"],
     )
 
 
@@ -163,9 +180,8 @@ class SQLiteStore:
         self._db.row_factory = sqlite3.Row
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
-        # Bumped by every change to a rollout made through this object; readers can cache rollouts
-        # while it stays the same (the gateway does, on its hot path).
-        self.rollouts_changed = 0
+        # Bumped by every change to a rollout made through this object (see `rollouts_epoch`).
+        self._rollout_changes = 0
         with self._lock:
             try:
                 if self.path != ":memory:":
@@ -173,6 +189,8 @@ class SQLiteStore:
                     # In WAL mode NORMAL survives a killed process; only an OS crash can lose recent commits.
                     self._db.execute("PRAGMA synchronous=NORMAL")
                 self._db.executescript(SCHEMA)
+                self._add_missing_columns()
+                self._db.executescript(INDEXES)
             except sqlite3.Error as exc:
                 self._db.close()
                 raise StoreError(f"cannot open store database {self.path}: {exc}") from exc
@@ -180,6 +198,19 @@ class SQLiteStore:
     @classmethod
     def in_memory(cls) -> SQLiteStore:
         return cls(":memory:")
+
+    def _add_missing_columns(self) -> None:
+        present = {row["name"] for row in self._db.execute("PRAGMA table_info(rollouts)")}
+        for column, definition in ADDED_ROLLOUT_COLUMNS.items():
+            if column not in present:
+                self._db.execute(f"ALTER TABLE rollouts ADD COLUMN {column} {definition}")
+
+    def rollouts_epoch(self) -> Hashable:
+        if self.path == ":memory:":
+            return self._rollout_changes
+        # Other processes sharing the file change rollouts without bumping our counter: the second
+        # part makes every cached rollout at most CROSS_PROCESS_RECHECK_S old.
+        return (self._rollout_changes, int(time.monotonic() / CROSS_PROCESS_RECHECK_S))
 
     # -- plumbing -------------------------------------------------------------------------------------
 
@@ -223,8 +254,26 @@ class SQLiteStore:
     # -- rollouts -------------------------------------------------------------------------------------
 
     def enqueue(self, requests: Sequence[RolloutRequest]) -> list[Rollout]:
+        requests = list(requests)
         with self._write() as db:
-            return self._insert_rollouts(db, list(requests))
+            existing = self._existing_keys(db, requests)
+            new = [r for r in requests if (r.run, r.key) not in existing]
+            created = iter(self._insert_rollouts(db, new))
+            return [existing.get((r.run, r.key)) or next(created) for r in requests]
+
+    def _existing_keys(
+        self, db: sqlite3.Connection, requests: list[RolloutRequest]
+    ) -> dict[tuple[str | None, str | None], Rollout]:
+        keyed = {(r.run, r.key) for r in requests if r.run is not None and r.key is not None}
+        found: dict[tuple[str | None, str | None], Rollout] = {}
+        for run in {run for run, _ in keyed}:
+            rows = db.execute(
+                f"SELECT {ROLLOUT_COLUMNS} FROM rollouts WHERE run = ? AND key IS NOT NULL", (run,)
+            ).fetchall()
+            for row in rows:
+                if (run, row["key"]) in keyed:
+                    found[(run, row["key"])] = _rollout(row)
+        return found
 
     def _insert_rollouts(self, db: sqlite3.Connection, requests: list[RolloutRequest]) -> list[Rollout]:
         created = now()
@@ -238,6 +287,9 @@ class SQLiteStore:
                 max_attempts=request.max_attempts,
                 created_at=created,
                 metadata=request.metadata,
+                run=request.run,
+                key=request.key,
+                sample=request.sample,
             )
             for request in requests
         ]
@@ -246,7 +298,7 @@ class SQLiteStore:
             [(r.task.id, r.task.dataset, _dumps(r.task.input)) for r in requests],
         )
         db.executemany(
-            f"INSERT INTO rollouts ({ROLLOUT_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            f"INSERT INTO rollouts ({ROLLOUT_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             [
                 (
                     r.id,
@@ -263,26 +315,37 @@ class SQLiteStore:
                     None,
                     None,
                     _dumps(r.metadata),
+                    r.run,
+                    r.key,
+                    r.sample,
+                    0,
                 )
                 for r in rollouts
             ],
         )
         return rollouts
 
-    def claim(self, worker_id: str) -> Claim | None:
+    def claim(self, worker_id: str, run: str | None = None) -> Claim | None:
         with self._write() as db:
-            row = db.execute(
-                f"SELECT {ROLLOUT_COLUMNS} FROM rollouts WHERE status = 'queued' "
-                "ORDER BY created_at, rowid LIMIT 1"
-            ).fetchone()
+            if run is None:
+                row = db.execute(
+                    f"SELECT {ROLLOUT_COLUMNS} FROM rollouts WHERE status = 'queued' "
+                    "ORDER BY created_at, rowid LIMIT 1"
+                ).fetchone()
+            else:
+                row = db.execute(
+                    f"SELECT {ROLLOUT_COLUMNS} FROM rollouts WHERE run = ? AND status = 'queued' "
+                    "ORDER BY created_at, rowid LIMIT 1",
+                    (run,),
+                ).fetchone()
             if row is None:
                 return None
             return self._open_attempt(db, _rollout(row), worker_id)
 
     def _open_attempt(self, db: sqlite3.Connection, rollout: Rollout, worker_id: str) -> Claim:
-        self.rollouts_changed += 1
+        self._rollout_changes += 1
         started = now()
-        number = rollout.attempt_count + 1
+        number = lifecycle.next_attempt(rollout)
         db.execute(
             "UPDATE rollouts SET status = 'running', attempt_count = ?, started_at = COALESCE(started_at, ?) "
             "WHERE id = ?",
@@ -312,7 +375,7 @@ class SQLiteStore:
     def start_session(
         self, input: dict[str, Any] | None = None, worker_id: str = "session", mode: str = "session"
     ) -> Claim:
-        request = RolloutRequest(task=Task(input=input or {}), mode=mode, metadata={"session": True})
+        request = RolloutRequest(task=Task(input=input or {}), mode=mode, metadata={Meta.SESSION: True})
         # One transaction, so a concurrent claim can never take the session's rollout off the queue.
         with self._write() as db:
             rollout = self._insert_rollouts(db, [request])[0]
@@ -337,63 +400,59 @@ class SQLiteStore:
         error: str | None = None,
         attempt: int | None = None,
     ) -> Rollout:
-        status = RolloutStatus(status)
         with self._write() as db:
-            self.rollouts_changed += 1
             rollout = _rollout(self._rollout_row(db, rollout_id))
-            if rollout.status in FINISHED_STATUSES:
-                raise InvalidTransition(f"rollout {rollout_id} is already {rollout.status.value}")
-            if status in (RolloutStatus.queued, RolloutStatus.running):
-                raise InvalidTransition(f"cannot set status {status.value}; use enqueue/claim")
-            current = rollout.status == RolloutStatus.running and attempt == rollout.attempt_count
-            if attempt is not None and not current:
-                # A stale worker (one that lost its heartbeat) must not finish the attempt that replaced it.
-                raise InvalidTransition(
-                    f"attempt {attempt} of rollout {rollout_id} is not running "
-                    f"(rollout is {rollout.status.value}, latest attempt {rollout.attempt_count})"
-                )
-            number = attempt or rollout.attempt_count
-            ended = now()
-            if number:
-                db.execute(
-                    "UPDATE attempts SET status = ?, ended_at = ?, error = ? "
-                    "WHERE rollout_id = ? AND number = ? AND status = 'running'",
-                    (status.value, ended, error, rollout_id, number),
-                )
-            retry = (
-                status in (RolloutStatus.failed, RolloutStatus.timed_out)
-                and rollout.status == RolloutStatus.running
-                and rollout.attempt_count < rollout.max_attempts
+            closing = lifecycle.close_attempt(rollout, status, attempt)
+            return self._apply(db, rollout, closing, output, error)
+
+    def abandon(self, rollout_id: str, attempt: int, reason: str) -> Rollout:
+        with self._write() as db:
+            rollout = _rollout(self._rollout_row(db, rollout_id))
+            closing = lifecycle.abandon_attempt(rollout, attempt)
+            return self._apply(db, rollout, closing, None, reason)
+
+    def _apply(
+        self,
+        db: sqlite3.Connection,
+        rollout: Rollout,
+        closing: lifecycle.Closing,
+        output: str | None,
+        error: str | None,
+    ) -> Rollout:
+        self._rollout_changes += 1
+        ended = now()
+        if closing.attempt:
+            db.execute(
+                "UPDATE attempts SET status = ?, ended_at = ?, error = ? "
+                "WHERE rollout_id = ? AND number = ? AND status = 'running'",
+                (closing.attempt_status.value, ended, error, rollout.id, closing.attempt),
             )
-            if retry:
-                db.execute(
-                    "UPDATE rollouts SET status = 'queued', error = ? WHERE id = ?", (error, rollout_id)
-                )
-            else:
-                db.execute(
-                    "UPDATE rollouts SET status = ?, ended_at = ?, output = COALESCE(?, output), error = ? "
-                    "WHERE id = ?",
-                    (status.value, ended, output, error, rollout_id),
-                )
-            return _rollout(self._rollout_row(db, rollout_id))
+        if closing.requeued:
+            db.execute(
+                "UPDATE rollouts SET status = 'queued', error = ?, worker_losses = ? WHERE id = ?",
+                (error, closing.worker_losses, rollout.id),
+            )
+        else:
+            db.execute(
+                "UPDATE rollouts SET status = ?, ended_at = ?, output = COALESCE(?, output), error = ?, "
+                "worker_losses = ? WHERE id = ?",
+                (closing.rollout_status.value, ended, output, error, closing.worker_losses, rollout.id),
+            )
+        return _rollout(self._rollout_row(db, rollout.id))
 
     def requeue_stale(self, heartbeat_timeout: float) -> list[str]:
         cutoff = now() - heartbeat_timeout
         stale = self._read(
             "SELECT a.rollout_id, a.number FROM attempts a JOIN rollouts r ON r.id = a.rollout_id "
-            # Sessions (agents run by hand) have no worker to heartbeat them: they are never stale.
-            "WHERE a.status = 'running' AND r.status = 'running' AND a.heartbeat_at < ? "
-            "AND json_extract(r.metadata, '$.session') IS NOT 1",
+            "WHERE a.status = 'running' AND r.status = 'running' AND a.heartbeat_at < ?",
             (cutoff,),
         )
         moved = []
         for row in stale:
             try:
-                self.update_status(
-                    row["rollout_id"], RolloutStatus.timed_out, error="heartbeat lost", attempt=row["number"]
-                )
+                self.abandon(row["rollout_id"], row["number"], "heartbeat lost")
                 moved.append(row["rollout_id"])
-            except InvalidTransition:
+            except InvalidTransition:  # a session, or closed meanwhile
                 continue
         return moved
 
@@ -409,9 +468,15 @@ class SQLiteStore:
         status: RolloutStatus | None = None,
         since: float | None = None,
         until: float | None = None,
+        run: str | None = None,
         limit: int = 100,
+        offset: int = 0,
     ) -> list[Rollout]:
-        where, params = [], []
+        where: list[str] = []
+        params: list[Any] = []
+        if run is not None:
+            where.append("run = ?")
+            params.append(run)
         if status is not None:
             where.append("status = ?")
             params.append(RolloutStatus(status).value)
@@ -423,10 +488,16 @@ class SQLiteStore:
             params.append(until)
         clause = f"WHERE {' AND '.join(where)}" if where else ""
         rows = self._read(
-            f"SELECT {ROLLOUT_COLUMNS} FROM rollouts {clause} ORDER BY created_at, rowid LIMIT ?",
-            (*params, limit),
+            f"SELECT {ROLLOUT_COLUMNS} FROM rollouts {clause} ORDER BY created_at, rowid LIMIT ? OFFSET ?",
+            (*params, limit, offset),
         )
         return [_rollout(row) for row in rows]
+
+    def list_runs(self) -> list[str]:
+        rows = self._read(
+            "SELECT run FROM rollouts WHERE run IS NOT NULL GROUP BY run ORDER BY MIN(created_at), run"
+        )
+        return [row["run"] for row in rows]
 
     def list_attempts(self, rollout_id: str) -> list[Attempt]:
         rows = self._read(
@@ -443,7 +514,7 @@ class SQLiteStore:
         with self._changed:
             while True:
                 rollouts = [self.get_rollout(rollout_id) for rollout_id in rollout_ids]
-                finished = [r for r in rollouts if r.status in FINISHED_STATUSES]
+                finished = [r for r in rollouts if r.status.finished]
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if len(finished) == len(rollouts) or (remaining is not None and remaining <= 0):
                     return finished
@@ -476,7 +547,8 @@ class SQLiteStore:
         until: float | None = None,
         limit: int = 1000,
     ) -> list[Span]:
-        where, params = [], []
+        where: list[str] = []
+        params: list[Any] = []
         for column, op, value in (
             ("rollout_id", "=", rollout_id),
             ("attempt", "=", attempt),
@@ -572,7 +644,3 @@ class SQLiteStore:
         with self._lock:
             self._db.close()
 
-
-def open_store(path: str | Path | None = None) -> SQLiteStore:
-    """Open the project's store: `.tether/store.db` in the current directory unless a path is given."""
-    return SQLiteStore(Path(path) if path is not None else Path(".tether") / "store.db")

@@ -35,7 +35,10 @@ from typing import Any, Protocol, TypeVar
 
 import orjson
 
-from tether.store.base import Store
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tether.store.base import Store
 
 log = logging.getLogger("tether.tracing")
 

@@ -44,7 +44,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
+from tether.engines.openmp import prefer_passive_waiting
+
+prefer_passive_waiting()
+
+import torch  # noqa: E402
 
 from tether.adapters.transitions import Transition
 from tether.algorithms.advantages import AdvantageBatch, Sample

@@ -1,0 +1,66 @@
+"""Names shared across packages, defined once: span names and attributes, rollout metadata keys, and the
+training algorithms. The gateway writes what the adapters, the runner and the CLI read back."""
+
+from __future__ import annotations
+
+from typing import Final
+
+# -- spans --------------------------------------------------------------------------------------------
+
+LLM_SPAN_PREFIX: Final = "llm."  # every model call's span name starts with it
+LLM_CHAT_SPAN: Final = "llm.chat"
+LLM_COMPLETIONS_SPAN: Final = "llm.completions"
+CALL_SPAN_NAMES: Final[dict[str, str]] = {"chat": LLM_CHAT_SPAN, "completions": LLM_COMPLETIONS_SPAN}
+
+
+def is_call_span(name: str) -> bool:
+    return name.startswith(LLM_SPAN_PREFIX)
+
+
+class CallAttr:
+    """Attributes of a model-call span, as the gateway records them."""
+
+    CALL: Final = "call"  # "chat" or "completions"
+    MODEL: Final = "model"  # the model alias the agent asked for
+    AGENT: Final = "agent"
+    AGENT_SOURCE: Final = "agent_source"  # "header", "trace" or "model"
+    UPSTREAM: Final = "upstream"
+    STREAM: Final = "stream"
+    LATENCY_MS: Final = "latency_ms"
+    REQUEST: Final = "request"  # the request as the agent sent it
+    API: Final = "api"  # "responses" or "messages" for translated calls
+    CHAT_REQUEST: Final = "chat_request"  # a translated call's chat form
+    OVERRIDES: Final = "overrides"
+    POLICY_VERSION: Final = "policy_version"
+    PROMPT_TOKEN_IDS: Final = "prompt_token_ids"
+    CHOICES: Final = "choices"  # [{index, text, finish_reason, token_ids, logprobs, tool_parse_error?}]
+    USAGE: Final = "usage"
+    RESPONSE: Final = "response"
+    ERROR: Final = "error"
+
+
+class AgentSource:
+    HEADER: Final = "header"
+    TRACE: Final = "trace"
+    MODEL: Final = "model"
+
+
+CHOICE_TOOL_PARSE_ERROR: Final = "tool_parse_error"
+# OpenTelemetry attributes that name the agent a span belongs to, in order of preference.
+AGENT_NAME_ATTRIBUTES: Final = ("tether.agent", "gen_ai.agent.name", "agent.name", "agent_name")
+
+# -- rollout metadata keys ----------------------------------------------------------------------------
+
+
+class Meta:
+    SAMPLING_OVERRIDES: Final = "sampling_overrides"  # sampling parameters the run imposes on calls
+    PROMPT_OVERRIDE: Final = "prompt_override"  # a system prompt put in place of the agent's
+    SESSION: Final = "session"  # opened by hand (tether serve): no worker heartbeats it
+    STEP: Final = "step"  # the training step that enqueued it
+
+
+# -- training -----------------------------------------------------------------------------------------
+
+ADVANTAGE_METHODS: Final = ("grpo", "drgrpo", "rloo")
+ALGORITHMS: Final = (*ADVANTAGE_METHODS, "sft")
+PROMPT_ALGORITHMS: Final = ("apo", "pareto")
