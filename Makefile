@@ -37,10 +37,11 @@ bench-quick: setup
 lint: setup
 	$(BIN)/ruff check tether tests examples bench
 	$(BIN)/ruff format --check tether tests examples bench
+	$(BIN)/mypy tether
 
 format: setup
 	$(BIN)/ruff format tether tests examples bench
 	$(BIN)/ruff check --fix tether tests examples bench
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache demo-project
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache demo-project

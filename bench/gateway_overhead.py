@@ -97,7 +97,8 @@ def gateway_main(port: int, upstream: str, project: str) -> None:
     import uvicorn
 
     from tether.auth import TokenAuthority
-    from tether.gateway import Gateway, HTTPUpstream, HTTPUpstreamConfig, create_gateway_app
+    from tether.compose import create_app
+    from tether.gateway import Gateway, HTTPUpstream, HTTPUpstreamConfig
     from tether.store import SQLiteStore
 
     store = SQLiteStore(Path(project) / "store.db")
@@ -106,7 +107,7 @@ def gateway_main(port: int, upstream: str, project: str) -> None:
     gateway.add_upstream(HTTPUpstream(HTTPUpstreamConfig("policy", upstream, request_token_ids=True)))
     claim = store.start_session()
     (Path(project) / "creds").write_text(f"{claim.rollout.id}\n{auth.rollout_token(claim.rollout.id)}\n")
-    uvicorn.run(create_gateway_app(gateway), host="127.0.0.1", port=port, log_level="error", access_log=False)
+    uvicorn.run(create_app(gateway), host="127.0.0.1", port=port, log_level="error", access_log=False)
 
 
 def free_port() -> int:

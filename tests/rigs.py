@@ -9,13 +9,13 @@ from pathlib import Path
 from tests.gateway.fake_upstream import Behaviour
 from tests.helpers import serve_app
 from tether.auth import TokenAuthority
+from tether.compose import create_app
 from tether.gateway import (
     EngineUpstream,
     Gateway,
     GatewayConfig,
     HTTPUpstream,
     HTTPUpstreamConfig,
-    create_gateway_app,
 )
 from tether.store import SQLiteStore
 
@@ -43,7 +43,7 @@ def make_rig(
     gateway = Gateway(store, auth, GatewayConfig(hold_limit_s=30))
     options = {"request_token_ids": True, "backoff_s": 0.01, "max_retries": 2, **upstream_options}
     gateway.add_upstream(HTTPUpstream(HTTPUpstreamConfig(name="policy", base_url=upstream_url, **options)))
-    with serve_app(create_gateway_app(gateway)) as url:
+    with serve_app(create_app(gateway)) as url:
         gateway.config.public_url = url
         yield GatewayRig(url, gateway, store, auth, behaviour)
     store.close()
@@ -59,7 +59,7 @@ def make_engine_rig(tmp_path: Path, tiny_engine: object) -> Iterator[GatewayRig]
         gateway.recorder.close()
 
     gateway.aclose = close_recorder_only  # type: ignore[method-assign]
-    with serve_app(create_gateway_app(gateway)) as url:
+    with serve_app(create_app(gateway)) as url:
         gateway.config.public_url = url
         yield GatewayRig(url, gateway, store, auth, Behaviour())
     store.close()

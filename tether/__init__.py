@@ -18,8 +18,8 @@ if TYPE_CHECKING:
     from tether.runner import CallableAgent, CommandAgent, load_tasks
     from tether.store import Reward, Rollout, RolloutStatus, Span, Store, Task, open_store
     from tether.tracing import emit_reward, span, traced
+    from tether.trainer.config import TrainConfig
     from tether.trainer.loop import Trainer, TrainerConfig
-    from tether.trainer.policy import TrainConfig
 
 __version__ = "0.1.0"
 
@@ -40,10 +40,29 @@ _LAZY = {
     "traced": "tether.tracing",
     "Trainer": "tether.trainer.loop",
     "TrainerConfig": "tether.trainer.loop",
-    "TrainConfig": "tether.trainer.policy",
+    "TrainConfig": "tether.trainer.config",
 }
 
-__all__ = sorted([*_LAZY, "__version__"])
+__all__ = [
+    "CallableAgent",
+    "CommandAgent",
+    "Reward",
+    "Rollout",
+    "RolloutStatus",
+    "Span",
+    "Store",
+    "Task",
+    "TrainConfig",
+    "Trainer",
+    "TrainerConfig",
+    "__version__",
+    "emit_reward",
+    "get_prompt",
+    "load_tasks",
+    "open_store",
+    "span",
+    "traced",
+]
 
 
 def __getattr__(name: str) -> Any:

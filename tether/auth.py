@@ -1,8 +1,10 @@
 """Tokens: one admin token per project, and a token per rollout that only that rollout can use.
 
 Rollout tokens are HMACs of the rollout id under the project's secret, so they need no table,
-survive restarts, and are checked in constant time. A token stops working when its rollout finishes
-(the gateway and store check the rollout's status).
+survive restarts, and are checked in constant time. A token stops working when its rollout finishes.
+
+Every server (the gateway, the store API, the OTLP receiver) asks `authenticate` who holds a token, then
+`check_live` whether a rollout token's rollout still runs, and answers an `AuthError` in its own shape.
 """
 
 from __future__ import annotations
@@ -12,7 +14,11 @@ import hmac
 import os
 import secrets
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
+
+from tether.store.base import NotFound, Store
+from tether.store.models import Rollout
 
 ROLLOUT_PREFIX = "tro-"
 ADMIN_PREFIX = "tadm-"
@@ -71,3 +77,68 @@ def bearer_token(authorization: str | None) -> str | None:
     if scheme.lower() != "bearer" or not token.strip():
         return None
     return token.strip()
+
+
+# -- who is calling ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who is calling: the admin (rollout_id None) or the holder of one rollout's token."""
+
+    rollout_id: str | None = None
+
+    @property
+    def is_admin(self) -> bool:
+        return self.rollout_id is None
+
+
+class Refusal(StrEnum):
+    MISSING = "missing"  # no token at all
+    INVALID = "invalid"  # not a token of this project
+    OTHER_ROLLOUT = "other_rollout"  # a rollout token used on a path that names another rollout
+    UNKNOWN_ROLLOUT = "unknown_rollout"
+    EXPIRED = "expired"  # its rollout has finished
+
+
+class AuthError(Exception):
+    """Why a caller is refused. Each server answers it in its own error shape."""
+
+    def __init__(self, refusal: Refusal, rollout_id: str | None = None, status: str | None = None) -> None:
+        super().__init__(f"{refusal.value}: {rollout_id}" if rollout_id else refusal.value)
+        self.refusal = refusal
+        self.rollout_id = rollout_id
+        self.status = status  # the finished rollout's status, for EXPIRED
+
+
+def authenticate(authority: TokenAuthority, token: str | None, path_rollout: str | None = None) -> Caller:
+    """Who holds `token`: pure, no store read. A rollout token must match the rollout the path names
+    (`path_rollout`), when it names one. Whether that rollout is still live is `check_live`'s part."""
+    if not token:
+        raise AuthError(Refusal.MISSING)
+    if authority.is_admin(token):
+        return Caller()
+    rollout_id = authority.rollout_of(token)
+    if rollout_id is None:
+        raise AuthError(Refusal.INVALID)
+    if path_rollout is not None and path_rollout != rollout_id:
+        raise AuthError(Refusal.OTHER_ROLLOUT, path_rollout)
+    return Caller(rollout_id)
+
+
+def check_live(rollout_id: str, rollout: Rollout | None) -> Rollout:
+    """The rollout a token names, as read from the store (None: not there), if its token still works.
+    The read is the caller's, so that a server on an event loop can make it off the loop, or cache it."""
+    if rollout is None:
+        raise AuthError(Refusal.UNKNOWN_ROLLOUT, rollout_id)
+    if rollout.status.finished:
+        raise AuthError(Refusal.EXPIRED, rollout_id, rollout.status.value)
+    return rollout
+
+
+def find_rollout(store: Store, rollout_id: str) -> Rollout | None:
+    """The rollout, or None if the store has none of that id (a blocking read)."""
+    try:
+        return store.get_rollout(rollout_id)
+    except NotFound:
+        return None

@@ -1,6 +1,59 @@
-"""The composition module: one app from the gateway, the admin routes, reward events, the store API and
-the OTLP receiver. (Being moved here from `tether.gateway.app`.)"""
+"""The composition root: one ASGI app from a gateway. The model calls (served in front of FastAPI), the
+model list, reward events, the admin API, the store API and the OTLP receiver, with each part's errors in
+its own shape, and `/healthz`."""
 
-from tether.gateway.app import create_gateway_app as create_app
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from starlette.responses import Response
+
+from tether.gateway.admin import create_admin_router
+from tether.gateway.app import Gateway
+from tether.gateway.asgi import GatewayApp
+from tether.gateway.errors import GatewayError
+from tether.gateway.events import create_event_router
+from tether.gateway.model_api import add_unsupported_api_routes, create_models_router
+from tether.store.server import create_store_router, install_store_error_handlers
+from tether.tracing.otlp import create_otlp_router
+
+
+def create_app(gateway: Gateway) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        await gateway.aclose()
+
+    app = GatewayApp(
+        lifespan=lifespan,
+        title="Tether gateway",
+        description="OpenAI-compatible gateway that records every model call of a rollout, with token ids.",
+        version="0.1.0",
+    )
+    app.gateway = gateway
+    app.state.gateway = gateway
+
+    async def gateway_error(_: Request, exc: Exception) -> Response:
+        assert isinstance(exc, GatewayError)
+        return exc.response()
+
+    app.add_exception_handler(GatewayError, gateway_error)
+    app.include_router(create_models_router(gateway))
+    app.include_router(create_event_router(gateway))
+    app.include_router(create_admin_router(gateway))
+    app.include_router(create_store_router(gateway.store, gateway.auth))
+    app.include_router(create_otlp_router(gateway.store, gateway.auth))
+    install_store_error_handlers(app)
+    add_unsupported_api_routes(app)  # after every route: they match any path under a model-API prefix
+
+    @app.get("/healthz", tags=["meta"])
+    async def healthz() -> dict[str, Any]:
+        return {"ok": True, "upstreams": sorted(gateway.upstreams), "paused": gateway.admission.paused}
+
+    return app
+
 
 __all__ = ["create_app"]

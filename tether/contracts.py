@@ -49,6 +49,11 @@ CHOICE_TOOL_PARSE_ERROR: Final = "tool_parse_error"
 # OpenTelemetry attributes that name the agent a span belongs to, in order of preference.
 AGENT_NAME_ATTRIBUTES: Final = ("tether.agent", "gen_ai.agent.name", "agent.name", "agent_name")
 
+# -- gateway routes -----------------------------------------------------------------------------------
+
+DEFAULT_ROUTE: Final = "*"  # the route-map entry for model names without a route of their own
+POLICY_UPSTREAM: Final = "policy"  # the upstream name of the policy being trained or served
+
 # -- rollout metadata keys ----------------------------------------------------------------------------
 
 

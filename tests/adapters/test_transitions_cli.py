@@ -21,7 +21,7 @@ def run(*argv: str) -> int:
     parser = argparse.ArgumentParser(prog="tether")
     transitions_cmd.add_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(list(argv))
-    return args.run(args)
+    return args.command_main(args)
 
 
 def finished_rollout(store: SQLiteStore, status: RolloutStatus, *, mode: str = "train") -> str:
@@ -110,7 +110,7 @@ def test_hf_format_saves_a_dataset(project: Path, tmp_path: Path) -> None:
 
 def test_bad_db_path_is_a_clear_error(tmp_path: Path) -> None:
     missing = tmp_path / "nope" / "store.db"
-    with pytest.raises(SystemExit, match="no store database at .*nope.*check --db"):
+    with pytest.raises(SystemExit, match="no store database at .*nope"):
         run("transitions", "export", "--out", str(tmp_path / "t.jsonl"), "--db", str(missing))
     assert not missing.parent.exists()
 

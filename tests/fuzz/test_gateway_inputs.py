@@ -15,8 +15,9 @@ from hypothesis import strategies as st
 
 from tests.rigs import GatewayRig
 from tether.engines.base import SamplingParams
-from tether.gateway.app import Gateway, _reward_from_event
+from tether.gateway.app import Gateway
 from tether.gateway.errors import GatewayError
+from tether.gateway.events import reward_from_event
 from tether.gateway.upstreams import EngineUpstream, sampling_params
 
 INT64 = 2**63
@@ -79,7 +80,7 @@ def test_body_parsing_gives_an_object_or_a_400(raw: bytes) -> None:
 )
 def test_reward_events_are_parsed_or_a_400(event: dict[str, Any]) -> None:
     try:
-        value, name, span_id = _reward_from_event(event)
+        value, name, span_id = reward_from_event(event)
     except GatewayError as error:
         assert error.status == 400
         return

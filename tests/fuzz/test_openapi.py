@@ -18,7 +18,8 @@ from schemathesis.checks import not_a_server_error
 from tests.gateway.fake_upstream import Behaviour, create_fake_upstream
 from tests.helpers import serve_app
 from tether.auth import TokenAuthority
-from tether.gateway import Gateway, GatewayConfig, HTTPUpstream, HTTPUpstreamConfig, create_gateway_app
+from tether.compose import create_app
+from tether.gateway import Gateway, GatewayConfig, HTTPUpstream, HTTPUpstreamConfig
 from tether.store import SQLiteStore
 from tether.store.server import create_store_app
 
@@ -43,7 +44,7 @@ def gateway_schema(tmp_path_factory: pytest.TempPathFactory) -> Iterator[schemat
     with serve_app(create_fake_upstream(Behaviour())) as upstream:
         config = HTTPUpstreamConfig(name="policy", base_url=upstream + "/v1", max_retries=0, timeout_s=5)
         gateway.add_upstream(HTTPUpstream(config))
-        schema = schemathesis.openapi.from_asgi("/openapi.json", create_gateway_app(gateway))
+        schema = schemathesis.openapi.from_asgi("/openapi.json", create_app(gateway))
         yield schema.exclude(path="/store/rollouts/wait").exclude(path="/admin/pause")
     gateway.recorder.close()
     store.close()

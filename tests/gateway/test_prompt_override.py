@@ -11,7 +11,7 @@ import pytest
 import tether
 from tests.gateway.fake_upstream import Behaviour
 from tests.rigs import GatewayRig
-from tether.gateway.app import PROMPT_OVERRIDE
+from tether.contracts import Meta
 from tether.gateway.errors import GatewayError
 from tether.gateway.prompts import apply_prompt_override, marked_span
 from tether.prompts import PROMPT_CANDIDATE
@@ -78,7 +78,7 @@ def _running(rig: GatewayRig, metadata: dict[str, Any]) -> tuple[str, str, str]:
 def test_the_gateway_overrides_the_marked_span_of_recorded_calls(
     rig: GatewayRig, behaviour: Behaviour
 ) -> None:
-    rollout_id, base, key = _running(rig, {PROMPT_OVERRIDE: {"text": "Be exact.", "mode": "marked"}})
+    rollout_id, base, key = _running(rig, {Meta.PROMPT_OVERRIDE: {"text": "Be exact.", "mode": "marked"}})
     response = httpx.post(
         f"{base}/chat/completions",
         json=chat(system(AGENT_SYSTEM), USER),
@@ -92,7 +92,7 @@ def test_the_gateway_overrides_the_marked_span_of_recorded_calls(
 
 
 def test_an_invalid_override_never_reaches_the_upstream(rig: GatewayRig, behaviour: Behaviour) -> None:
-    _, base, key = _running(rig, {PROMPT_OVERRIDE: {"text": 1}})
+    _, base, key = _running(rig, {Meta.PROMPT_OVERRIDE: {"text": 1}})
     response = httpx.post(
         f"{base}/chat/completions", json=chat(USER), headers={"Authorization": f"Bearer {key}"}
     )

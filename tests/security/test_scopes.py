@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 
 from tests.rigs import GatewayRig
-from tether.gateway import create_gateway_app
+from tether.compose import create_app
 from tether.store import RolloutStatus
 
 PUBLIC = {"/healthz", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}
@@ -23,7 +23,7 @@ ROLLOUT_ALLOWED = re.compile(
 
 def routes(rig: GatewayRig) -> list[tuple[str, str]]:
     """Every (method, path) of the served app, from its OpenAPI schema."""
-    paths = create_gateway_app(rig.gateway).openapi()["paths"]
+    paths = create_app(rig.gateway).openapi()["paths"]
     return [(method.upper(), path) for path, item in paths.items() for method in item]
 
 

@@ -273,6 +273,9 @@ def test_openapi_lists_every_route(server: StoreServer) -> None:
     routes = {(method.upper(), path) for path, item in schema["paths"].items() for method in item}
     assert routes == {
         ("POST", "/store/rollouts"),
+        ("POST", "/store/rollouts/{rollout_id}/abandon"),
+        ("GET", "/store/runs"),
+        ("POST", "/store/runs/{run}/rename"),
         ("GET", "/store/rollouts"),
         ("POST", "/store/rollouts/claim"),
         ("POST", "/store/rollouts/wait"),

@@ -8,6 +8,7 @@ import time
 import pytest
 
 from tether.store.base import InvalidTransition, NotFound, Store
+from tether.store.lifecycle import MAX_WORKER_LOSSES
 from tether.store.models import (
     Reward,
     Rollout,
@@ -179,22 +180,38 @@ def test_heartbeats_touch_only_the_running_attempt(store: Store) -> None:
         store.heartbeat(rollout.id, 1)
 
 
-def test_requeue_stale_requeues_then_times_out(store: Store) -> None:
-    (rollout,) = store.enqueue(requests(1, max_attempts=2))
+def test_requeue_stale_requeues_without_using_up_attempts_until_the_loss_allowance_ends(store: Store) -> None:
+    (rollout,) = store.enqueue(requests(1, max_attempts=1))
     store.claim("w1")
     assert store.requeue_stale(3600.0) == []
-    time.sleep(0.01)
-    assert store.requeue_stale(0.0) == [rollout.id]
-    assert store.get_rollout(rollout.id).status == RolloutStatus.queued
-    (first,) = store.list_attempts(rollout.id)
+    for lost in range(1, MAX_WORKER_LOSSES + 1):
+        time.sleep(0.01)
+        assert store.requeue_stale(0.0) == [rollout.id]
+        requeued = store.get_rollout(rollout.id)
+        assert (requeued.status, requeued.worker_losses) == (RolloutStatus.queued, lost)
+        claim = store.claim(f"w{lost + 1}")
+        assert claim is not None and claim.attempt.number == lost + 1
+    first = store.list_attempts(rollout.id)[0]
     assert (first.status, first.error) == (RolloutStatus.timed_out, "heartbeat lost")
-
-    claim = store.claim("w2")
-    assert claim is not None and claim.attempt.number == 2
     time.sleep(0.01)
     assert store.requeue_stale(0.0) == [rollout.id]
     final = store.get_rollout(rollout.id)
     assert (final.status, final.error) == (RolloutStatus.timed_out, "heartbeat lost")
+
+
+def test_a_lost_worker_does_not_count_against_max_attempts_but_a_failure_does(store: Store) -> None:
+    (rollout,) = store.enqueue(requests(1, max_attempts=2))
+    claim = store.claim("w1")
+    assert claim is not None
+    store.abandon(rollout.id, claim.attempt.number, "worker lost: killed")
+    claim = store.claim("w2")
+    assert claim is not None and claim.attempt.number == 2
+    assert store.update_status(rollout.id, RolloutStatus.failed, attempt=2).status == RolloutStatus.queued
+    claim = store.claim("w3")
+    assert claim is not None and claim.attempt.number == 3
+    assert store.update_status(rollout.id, RolloutStatus.failed, attempt=3).status == RolloutStatus.failed
+    with pytest.raises(InvalidTransition):
+        store.abandon(rollout.id, 3, "too late")
 
 
 def test_start_session_opens_a_running_rollout(store: Store) -> None:

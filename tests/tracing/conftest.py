@@ -13,7 +13,8 @@ import pytest
 
 from tests.helpers import serve_app
 from tether.auth import TokenAuthority
-from tether.gateway import Gateway, create_gateway_app
+from tether.compose import create_app
+from tether.gateway import Gateway
 from tether.store import SQLiteStore
 from tether.tracing import configure, create_otlp_router
 
@@ -80,7 +81,7 @@ def server() -> Iterator[Server]:
     """The gateway app with the OTLP router, served once per module (building the app is slowish)."""
     auth = TokenAuthority.generate()
     backing = SwappableStore()
-    app = create_gateway_app(Gateway(backing, auth))  # type: ignore[arg-type]
+    app = create_app(Gateway(backing, auth))  # type: ignore[arg-type]
     app.include_router(create_otlp_router(backing, auth))  # type: ignore[arg-type]
     with serve_app(app) as url, httpx.Client(base_url=url, timeout=10) as http:
         yield Server(url, auth, backing, http)

@@ -7,10 +7,10 @@ Which calls: the LLM-call spans (names starting with `llm.`) of a rollout, in st
 last attempt (`attempts="all"` keeps every attempt; a call span with no attempt number counts as the last
 attempt's). With `agents`, a call whose `agent` attribute is not selected is skipped.
 
-Final reward: the last reward (by time, then insertion order) that is primary, not linked to a span, of the
-transition's attempt (or of no attempt), and named `reward_name` when given. Without one the reward is 0.0
-and the rollout counts in `rollouts_without_reward`. A reward linked to a span is a step reward and never a
-final reward, whatever its `primary` flag.
+Final reward: the rule of `tether.store.reward_rule` (the last recorded primary reward that is not linked
+to a span, of the transition's attempt or of no attempt, named `reward_name` when given), so training
+uses exactly the reward that metrics and validation report. Without one the reward is 0.0 and the
+rollout counts in `rollouts_without_reward`.
 
 Step rewards: a reward linked to an LLM-call span goes to that call; one linked to another span (a tool span)
 goes to the last successful LLM call of the same attempt that started before that span started. The
@@ -34,12 +34,11 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tether.adapters.transitions import Transition
+from tether.contracts import AGENT_NAME_ATTRIBUTES, AgentSource, CallAttr, is_call_span
 from tether.store.base import Store
 from tether.store.models import Reward, Rollout, Span
+from tether.store.reward_rule import final_reward
 
-LLM_SPAN_PREFIX = "llm."
-# OpenTelemetry attributes that name the agent a span belongs to, in order of preference.
-AGENT_ATTRIBUTES = ("tether.agent", "gen_ai.agent.name", "agent.name", "agent_name")
 ALL_ROWS = 1_000_000_000
 
 Attempts = Literal["last", "all"]
@@ -201,7 +200,7 @@ def _build_rollout(
     report.rollouts += 1
     spans = store.query_spans(rollout_id=rollout.id, limit=ALL_ROWS)
     rewards = store.query_rewards(rollout.id)
-    calls = [span for span in spans if span.name.startswith(LLM_SPAN_PREFIX)]
+    calls = [span for span in spans if is_call_span(span.name)]
     _label_agents(spans, calls)
     last = _last_attempt(rollout, calls)
     by_attempt = _group_by_attempt(calls, last)
@@ -211,7 +210,7 @@ def _build_rollout(
         if attempt not in kept:
             report.calls += len(attempt_calls)
             report.skipped["earlier_attempt"] += len(attempt_calls)
-    finals = {attempt: _final_reward(rewards, attempt, reward_name) for attempt in kept}
+    finals = {attempt: final_reward(rewards, attempt, reward_name) for attempt in kept}
     if any(final is None for final in finals.values()):
         report.rollouts_without_reward += 1
     ordered = [(attempt, by_attempt.get(attempt, [])) for attempt in kept]
@@ -242,11 +241,11 @@ def _label_agents(spans: Sequence[Span], calls: Sequence[Span]) -> None:
     by_id = {span.span_id: span for span in spans}
     for call in calls:
         attrs = call.attributes
-        if attrs.get("agent_source") == "header":
+        if attrs.get(CallAttr.AGENT_SOURCE) == AgentSource.HEADER:
             continue
         name = _enclosing_agent(call, by_id)
         if name is not None:
-            call.attributes = {**attrs, "agent": name, "agent_source": "trace"}
+            call.attributes = {**attrs, CallAttr.AGENT: name, CallAttr.AGENT_SOURCE: AgentSource.TRACE}
 
 
 def _enclosing_agent(call: Span, by_id: dict[str, Span]) -> str | None:
@@ -257,7 +256,7 @@ def _enclosing_agent(call: Span, by_id: dict[str, Span]) -> str | None:
         parent = by_id.get(parent_id)
         if parent is None:
             return None
-        for key in AGENT_ATTRIBUTES:
+        for key in AGENT_NAME_ATTRIBUTES:
             value = parent.attributes.get(key)
             if isinstance(value, str) and value:
                 return value
@@ -300,7 +299,7 @@ def _chains(
     for attempt, spans in attempts:
         for index, span in enumerate(spans):
             report.calls += 1
-            report.calls_by_agent[str(span.attributes.get("agent"))] += 1
+            report.calls_by_agent[str(span.attributes.get(CallAttr.AGENT))] += 1
             call = _read_call(span, index, attempt, agents, choice)
             if isinstance(call, str):
                 report.skipped[call] += 1
@@ -326,13 +325,13 @@ def _read_call(span: Span, index: int, attempt: int | None, agents: _AgentFilter
     attrs: dict[str, Any] = span.attributes
     if span.status == "error" or "error" in attrs:
         return "failed_call"
-    agent = attrs.get("agent")
+    agent = attrs.get(CallAttr.AGENT)
     if not agents.selects(agent):
         return "agent_not_selected"
-    picked = next((c for c in attrs.get("choices") or [] if c.get("index") == choice), None)
+    picked = next((c for c in attrs.get(CallAttr.CHOICES) or [] if c.get("index") == choice), None)
     if picked is None:
         return "no_choices"
-    prompt_ids, response_ids = attrs.get("prompt_token_ids"), picked.get("token_ids")
+    prompt_ids, response_ids = attrs.get(CallAttr.PROMPT_TOKEN_IDS), picked.get("token_ids")
     if prompt_ids is None or response_ids is None:
         return "missing_token_ids"
     logprobs = picked.get("logprobs")
@@ -345,23 +344,11 @@ def _read_call(span: Span, index: int, attempt: int | None, agents: _AgentFilter
         index=index,
         attempt=attempt,
         agent=agent,
-        policy_version=attrs.get("policy_version"),
+        policy_version=attrs.get(CallAttr.POLICY_VERSION),
         prompt_ids=[int(t) for t in prompt_ids],
         response_ids=[int(t) for t in response_ids],
         logprobs=[float(x) for x in logprobs],
     )
-
-
-def _final_reward(rewards: Sequence[Reward], attempt: int | None, name: str | None) -> float | None:
-    candidates = [
-        (reward.time, position, reward.value)
-        for position, reward in enumerate(rewards)
-        if reward.primary
-        and reward.span_id is None
-        and (name is None or reward.name == name)
-        and (reward.attempt is None or reward.attempt == attempt)
-    ]
-    return max(candidates)[2] if candidates else None
 
 
 def _step_rewards(

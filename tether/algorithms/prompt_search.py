@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import random
 import re
 import statistics
@@ -23,7 +24,7 @@ from typing import Any
 
 import httpx
 
-from tether.gateway.app import PROMPT_OVERRIDE
+from tether.contracts import LLM_CHAT_SPAN, CallAttr, Meta
 from tether.gateway.prompts import SYSTEM_ROLES, PromptOverride, marked_span, system_text
 from tether.prompts import PROMPT_CANDIDATE, PROMPT_KIND
 from tether.runner import Runner
@@ -193,10 +194,10 @@ def _compact(value: Any) -> str:
 def _calls(spans: Sequence[Span]) -> list[dict[str, Any]]:
     calls = []
     for span in spans:
-        if span.name != "llm.chat" or span.attributes.get("agent") == OPTIMIZER_AGENT:
+        if span.name != LLM_CHAT_SPAN or span.attributes.get(CallAttr.AGENT) == OPTIMIZER_AGENT:
             continue
-        request = span.attributes.get("request") or {}
-        choices = span.attributes.get("choices") or [{}]
+        request = span.attributes.get(CallAttr.REQUEST) or {}
+        choices = span.attributes.get(CallAttr.CHOICES) or [{}]
         calls.append({"messages": request.get("messages") or [], "answer": choices[0].get("text") or ""})
     return calls
 
@@ -204,9 +205,9 @@ def _calls(spans: Sequence[Span]) -> list[dict[str, Any]]:
 def first_system_prompt(spans: Sequence[Span]) -> str | None:
     """The system (or developer) message of the first recorded chat call."""
     for span in sorted(spans, key=lambda s: (s.start_time, s.seq or 0)):
-        if span.name != "llm.chat":
+        if span.name != LLM_CHAT_SPAN:
             continue
-        for message in (span.attributes.get("request") or {}).get("messages") or []:
+        for message in (span.attributes.get(CallAttr.REQUEST) or {}).get("messages") or []:
             if isinstance(message, dict) and message.get("role") in SYSTEM_ROLES:
                 return system_text(message)
         return None
@@ -225,6 +226,7 @@ class CandidateRunner:
     override_mode: str = "replace"  # replace | marked | none (the agent calls tether.get_prompt itself)
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
     max_attempts: int = 1
+    requests_made: int = 0
 
     def metadata(self, candidate: Candidate | None, purpose: str) -> dict[str, Any]:
         meta: dict[str, Any] = {"prompt_search": {"run": self.run_id, "purpose": purpose}}
@@ -233,7 +235,7 @@ class CandidateRunner:
         meta["prompt_search"]["candidate"] = candidate.id
         meta[PROMPT_CANDIDATE] = {"name": self.prompt_name, "text": candidate.text}
         if self.override_mode != "none":
-            meta[PROMPT_OVERRIDE] = PromptOverride(candidate.text, self.override_mode).to_metadata()  # type: ignore[arg-type]
+            meta[Meta.PROMPT_OVERRIDE] = PromptOverride(candidate.text, self.override_mode).to_metadata()  # type: ignore[arg-type]
         return meta
 
     async def run(
@@ -245,6 +247,7 @@ class CandidateRunner:
             return []
         chosen = list(tasks[:granted])
         label = candidate.id if candidate is not None else "baseline"
+        text = candidate.text if candidate is not None else ""
         requests = [
             RolloutRequest(
                 task=task,
@@ -252,19 +255,24 @@ class CandidateRunner:
                 group_id=f"{self.run_id}:{label}:{purpose}",
                 max_attempts=self.max_attempts,
                 metadata=self.metadata(candidate, purpose),
+                key=self._key(text, purpose, task),
             )
             for task in chosen
         ]
-        self.runner.start()
-        rollouts = await self.runner.enqueue(requests)
-        await self.runner.wait([r.id for r in rollouts])
-        traces = await asyncio.gather(*(self._trace(r.id) for r in rollouts))
+        outcomes = await self.runner.run(requests)
+        traces = await asyncio.gather(*(self._trace(o.rollout_id, o.reward) for o in outcomes))
         return list(zip(chosen, traces, strict=True))
 
-    async def _trace(self, rollout_id: str) -> Trace:
+    def _key(self, text: str, purpose: str, task: Task) -> str:
+        """The request's key within the run: its place in the search and what it runs. A re-run of the
+        same search reuses a finished rollout only where it asks the very same thing at the same point."""
+        self.requests_made += 1
+        digest = hashlib.sha256(f"{purpose}\0{text}".encode()).hexdigest()[:12]
+        return f"{self.requests_made}:{digest}/{task.id}"
+
+    async def _trace(self, rollout_id: str, outcome_reward: float | None) -> Trace:
         rollout = await asyncio.to_thread(self.store.get_rollout, rollout_id)
-        outcome = self.runner.outcomes.get(rollout_id)
-        reward = outcome.reward if outcome is not None and outcome.reward is not None else 0.0
+        reward = outcome_reward if outcome_reward is not None else 0.0
         if rollout.status != RolloutStatus.succeeded:
             reward = 0.0  # a crash or a timeout scores 0, it is not dropped
         spans = await asyncio.to_thread(

@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from rich.console import Console
 
 from tether.gateway import EngineUpstream, HTTPUpstream, HTTPUpstreamConfig
+from tether.project import Project
+from tether.runner.runs import RunError, RunRecord, default_run_name, start_run
+from tether.store import Store, StoreError, StoreOptions, StoreURLError, Task, open_store
+from tether.store.backends import STORE_ENV
 
 
 def add_policy_args(parser: argparse.ArgumentParser, default_model: str = "smollm2-135m") -> None:
@@ -61,3 +67,67 @@ def policy_upstream(args: argparse.Namespace, console: Console) -> EngineUpstrea
             )
         )
     return EngineUpstream(load_engine(args.model, args.max_batch_size, console), name="policy")
+
+
+# -- the store and the run ----------------------------------------------------------------------------
+
+
+def add_store_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--store",
+        metavar="URL",
+        default=None,
+        help="the store: a SQLite file path or sqlite:///PATH, memory:, or http(s)://HOST:PORT of a "
+        f"`tether serve` (default: ${STORE_ENV}, else .tether/store.db of the project)",
+    )
+    parser.add_argument(
+        "--project-dir", default=None, help="project directory holding .tether/ (default: cwd)"
+    )
+
+
+def add_run_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--run",
+        metavar="NAME",
+        default=None,
+        help="the run's name (default: derived from the command line, so running the same command "
+        "again resumes the run: only what is missing runs)",
+    )
+    parser.add_argument(
+        "--fresh",
+        action="store_true",
+        help="start the run over: the old one is kept under NAME~N, its queued rollouts cancelled",
+    )
+
+
+def open_cli_store(args: argparse.Namespace, command: str) -> Store:
+    """The store `--store` names, opened before anything runs; a one-line error if it cannot be."""
+    project = Project.at(getattr(args, "project_dir", None))
+    url = getattr(args, "store", None)
+    try:
+        return open_store(url, StoreOptions(project_dir=project.root))
+    except StoreURLError as exc:
+        raise SystemExit(f"tether {command}: {exc}") from None
+    except StoreError as exc:
+        raise SystemExit(f"tether {command}: cannot open the store: {exc}") from None
+
+
+def begin_run(
+    store: Store,
+    args: argparse.Namespace,
+    command: str,
+    tasks: Sequence[Task],
+    label: str,
+    command_line: Mapping[str, Any],
+    shape: Mapping[str, Any],
+) -> RunRecord:
+    """Start (or resume) the run `--run` names, or else the one this command line names: the default
+    name hashes `command_line`; `shape` (what decides the run's rollouts) must match on a resume."""
+    name = args.run or default_run_name(command, label, command_line)
+    try:
+        record = start_run(store, name, command, tasks, shape, fresh=args.fresh)
+    except RunError as exc:
+        raise SystemExit(f"tether {command}: {exc}") from None
+    verb = f"resuming run {name} (start {record.starts})" if record.resumed else f"run {name}"
+    Console(stderr=True).print(f"[bold]{verb}[/]")
+    return record

@@ -6,8 +6,8 @@ import argparse
 import sys
 
 from tether import __version__
-from tether.engines.openmp import prefer_passive_waiting
 from tether.cli import optimize_cmd, plot_cmd, rollout_cmd, serve, store_cmd, train_cmd, transitions_cmd
+from tether.engines.openmp import prefer_passive_waiting
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     prefer_passive_waiting()
     args = build_parser().parse_args(argv)
     try:
-        return int(args.run(args) or 0)
+        return int(args.command_main(args) or 0)
     except KeyboardInterrupt:
         return 130
 

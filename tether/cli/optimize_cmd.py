@@ -25,18 +25,27 @@ from tether.algorithms.prompt_search import (
     SearchError,
     SearchResult,
 )
-from tether.cli.common import add_policy_args, policy_upstream
-from tether.cli.rollout_cmd import add_runner_args, load_inputs, progress_bar, runner_config
-from tether.gateway import Gateway, HTTPUpstream, HTTPUpstreamConfig, create_gateway_app
-from tether.gateway.app import DEFAULT_ROUTE
-from tether.gateway.server import BackgroundServer
+from tether.cli.common import (
+    add_policy_args,
+    add_run_args,
+    add_store_arg,
+    begin_run,
+    open_cli_store,
+    policy_upstream,
+)
+from tether.cli.rollout_cmd import add_runner_args, command_settings, load_inputs, progress_bar, runner_config
+from tether.contracts import DEFAULT_ROUTE, POLICY_UPSTREAM, PROMPT_ALGORITHMS
+from tether.gateway import HTTPUpstream, HTTPUpstreamConfig
+from tether.gateway.upstreams import Upstream
 from tether.project import Project
-from tether.runner import AgentEndpoints, Runner, TaskFileError, load_tasks
-from tether.store import RolloutStatus, SQLiteStore, Task
+from tether.runner import Runner, TaskFileError, load_tasks
+from tether.runner.rewards import Evaluator
+from tether.stack import local_stack
+from tether.store import RolloutStatus, Store, Task
 
 console = Console(stderr=True)
 OPTIMIZER_ROUTE = "tether-optimizer"  # the model alias the optimizer's calls use through the gateway
-POLICY = "policy"
+POLICY = POLICY_UPSTREAM
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -64,7 +73,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--optimizer-key", metavar="KEY", help="API key for the optimizer endpoint")
     parser.add_argument("--optimizer-temperature", type=float, default=0.7)
     parser.add_argument("--optimizer-max-tokens", type=int, default=1024, help="longest optimizer answer")
-    parser.add_argument("--algorithm", choices=["apo", "pareto"], default="apo")
+    parser.add_argument("--algorithm", choices=list(PROMPT_ALGORITHMS), default="apo")
     parser.add_argument("--budget", type=int, default=64, help="agent rollouts in all, never exceeded")
     parser.add_argument("--beam-width", type=int, default=2, help="apo: prompts kept each round")
     parser.add_argument("--branch-factor", type=int, default=2, help="apo: rewrites per beam prompt")
@@ -88,17 +97,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--out", required=True, metavar="FILE", help="where to write the best prompt")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--project-dir", default=None, help="project directory holding .tether/ (default: cwd)"
-    )
-    parser.set_defaults(run=run)
+    add_run_args(parser)
+    add_store_arg(parser)
+    parser.set_defaults(command_main=run)
 
 
 @dataclass
 class Inputs:
     tasks: list[Task]
     val_tasks: list[Task]
-    evaluator: Any
+    evaluator: Evaluator | None
     agent: Any
     initial: str | None
 
@@ -132,23 +140,47 @@ def _configs(args: argparse.Namespace) -> APOConfig | ParetoConfig:
         raise SystemExit(f"tether optimize-prompt: {exc}") from None
 
 
+def _search_settings(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        key: getattr(args, key)
+        for key in (
+            "algorithm",
+            "budget",
+            "beam_width",
+            "branch_factor",
+            "rounds",
+            "batch_size",
+            "val_batch_size",
+            "merge_probability",
+            "max_iterations",
+            "seed",
+            "override",
+            "prompt_name",
+            "optimizer_endpoint",
+            "optimizer_model",
+        )
+    }
+
+
 def run(args: argparse.Namespace) -> int:
     inputs = _inputs(args)
     config = _configs(args)
     runner_settings = runner_config(args)
-    project = Project.at(args.project_dir)
-    store = SQLiteStore(project.store_path)
-    gateway = Gateway(store, project.authority())
-    gateway.add_upstream(policy_upstream(args, console))
-    optimizer_model = _route_optimizer(gateway, args)
+    store = open_cli_store(args, "optimize-prompt")
+    shape = _search_settings(args)
+    named = {**command_settings(args), **shape, "val_tasks": str(Path(args.val_tasks).resolve())}
+    record = begin_run(store, args, "optimize-prompt", inputs.tasks, Path(args.tasks).stem, named, shape)
+    upstreams, routes, optimizer_model = _optimizer_route(args)
     started = time.monotonic()
     try:
-        with BackgroundServer(create_gateway_app(gateway)) as url:
-            gateway.config.public_url = url
+        authority = Project.at(args.project_dir).authority()
+        with local_stack(
+            store, authority, [policy_upstream(args, console), *upstreams], routes=routes
+        ) as stack:
             session = store.start_session(
                 {"purpose": "prompt-optimizer"}, worker_id=OPTIMIZER_AGENT, mode=OPTIMIZER_AGENT
             )
-            creds = gateway.credentials(session.rollout.id)
+            creds = stack.gateway.credentials(session.rollout.id)
             optimizer = OptimizerLLM(
                 creds["base_url"],
                 optimizer_model,
@@ -162,7 +194,7 @@ def run(args: argparse.Namespace) -> int:
                     runner = Runner(
                         store,
                         inputs.agent,
-                        AgentEndpoints(url, gateway.auth),
+                        stack.endpoints,
                         inputs.evaluator,
                         runner_settings,
                         on_update=lambda r: progress.update(
@@ -170,6 +202,7 @@ def run(args: argparse.Namespace) -> int:
                             completed=r.stats.succeeded + r.stats.failed,
                             detail=f"running {r.stats.running}",
                         ),
+                        run=record.name,
                     )
                     result = asyncio.run(
                         _search(args, inputs, config, store, runner, optimizer, progress.console)
@@ -189,31 +222,28 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _route_optimizer(gateway: Gateway, args: argparse.Namespace) -> str:
-    """The model name the optimizer asks the gateway for; an external endpoint becomes an upstream."""
+def _optimizer_route(args: argparse.Namespace) -> tuple[list[Upstream], dict[str, str] | None, str]:
+    """The optimizer's upstream and routes, and the model name it asks the gateway for: the policy
+    itself, or an external endpoint under its own alias."""
     if args.optimizer_endpoint == POLICY:
-        return args.optimizer_model or POLICY
-    gateway.add_upstream(
-        HTTPUpstream(
-            HTTPUpstreamConfig(
-                name=OPTIMIZER_AGENT,
-                base_url=args.optimizer_endpoint,
-                api_key=args.optimizer_key,
-                model=args.optimizer_model,
-                request_logprobs=False,
-            )
+        return [], None, args.optimizer_model or POLICY
+    upstream = HTTPUpstream(
+        HTTPUpstreamConfig(
+            name=OPTIMIZER_AGENT,
+            base_url=args.optimizer_endpoint,
+            api_key=args.optimizer_key,
+            model=args.optimizer_model,
+            request_logprobs=False,
         )
     )
-    gateway.config.routes = {**gateway.config.routes, OPTIMIZER_ROUTE: OPTIMIZER_AGENT}
-    gateway.config.routes.setdefault(DEFAULT_ROUTE, POLICY)
-    return OPTIMIZER_ROUTE
+    return [upstream], {DEFAULT_ROUTE: POLICY, OPTIMIZER_ROUTE: OPTIMIZER_AGENT}, OPTIMIZER_ROUTE
 
 
 async def _search(
     args: argparse.Namespace,
     inputs: Inputs,
     config: APOConfig | ParetoConfig,
-    store: SQLiteStore,
+    store: Store,
     runner: Runner,
     optimizer: OptimizerLLM,
     out: Console,
@@ -225,6 +255,7 @@ async def _search(
         Budget(config.budget),
         prompt_name=args.prompt_name,
         override_mode=args.override,
+        run_id=runner.run_name or "prompt-search",
         max_attempts=args.max_attempts,
     )
     ctx = SearchContext(

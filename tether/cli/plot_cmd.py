@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 from tether.trainer.metrics import read_metrics
 
@@ -16,10 +17,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("run_dir", metavar="RUN", type=Path, help="the run folder (or its metrics.jsonl)")
     parser.add_argument("--out", type=Path, default=None, help="PNG path (default: RUN/curves.png)")
-    parser.set_defaults(run=run)
+    parser.set_defaults(command_main=run)
 
 
-def plot(records: list[dict], out: Path, title: str) -> Path:
+def plot(records: list[dict[str, Any]], out: Path, title: str) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")

@@ -5,21 +5,28 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from tether.cli.common import add_policy_args, policy_upstream
-from tether.gateway import Gateway, create_gateway_app
-from tether.gateway.server import BackgroundServer
+from tether.cli.common import (
+    add_policy_args,
+    add_run_args,
+    add_store_arg,
+    begin_run,
+    open_cli_store,
+    policy_upstream,
+)
 from tether.project import Project
 from tether.runner import (
-    AgentEndpoints,
     AIRRules,
     CommandAgent,
     RewardError,
+    RolloutOutcome,
     Runner,
     RunnerConfig,
     TaskFileError,
@@ -27,7 +34,9 @@ from tether.runner import (
     load_tasks,
     summarize,
 )
-from tether.store import RolloutRequest, SQLiteStore, Task
+from tether.runner.rewards import Evaluator
+from tether.stack import local_stack
+from tether.store import RolloutRequest, Task
 
 console = Console(stderr=True)
 
@@ -40,7 +49,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
             "Run an unmodified agent once per task (times --group-size) with N concurrent workers. The agent "
             "gets OPENAI_BASE_URL / OPENAI_API_KEY pointing at a recording gateway, and TETHER_TASK (the "
             "task as JSON). Task fields also fill {placeholders} in the command. Its last stdout line is its "
-            "final output, which --reward scores."
+            "final output, which --reward scores. The run has a name (--run, or one derived from this "
+            "command line): running the same command again resumes it, running only what is missing."
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
@@ -48,10 +58,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_policy_args(parser)
     parser.add_argument("--group-size", type=int, default=1, help="rollouts per task (a GRPO group)")
     parser.add_argument("--mode", default="train", help="label stored on the rollouts (train, val, ...)")
-    parser.add_argument(
-        "--project-dir", default=None, help="project directory holding .tether/ (default: cwd)"
-    )
-    parser.set_defaults(run=run)
+    add_run_args(parser)
+    add_store_arg(parser)
+    parser.set_defaults(command_main=run)
 
 
 def add_runner_args(parser: argparse.ArgumentParser) -> None:
@@ -89,7 +98,7 @@ def runner_config(args: argparse.Namespace) -> RunnerConfig:
     )
 
 
-def load_inputs(args: argparse.Namespace) -> tuple[list[Task], object | None, CommandAgent]:
+def load_inputs(args: argparse.Namespace) -> tuple[list[Task], Evaluator | None, CommandAgent]:
     """Everything that can be wrong with the user's files is found here, before anything runs."""
     try:
         tasks = load_tasks(args.tasks)
@@ -105,11 +114,31 @@ def load_inputs(args: argparse.Namespace) -> tuple[list[Task], object | None, Co
 def requests_for(
     tasks: Sequence[Task], group_size: int, mode: str, max_attempts: int
 ) -> list[RolloutRequest]:
+    """One request per task and sample, keyed `mode/task#sample` within the run."""
     return [
-        RolloutRequest(task=task, mode=mode, group_id=f"{task.id}@{mode}", max_attempts=max_attempts)
+        RolloutRequest(
+            task=task,
+            mode=mode,
+            group_id=f"{task.id}@{mode}",
+            max_attempts=max_attempts,
+            key=f"{mode}/{task.id}#{sample}",
+            sample=sample,
+        )
         for task in tasks
-        for _ in range(group_size)
+        for sample in range(group_size)
     ]
+
+
+def command_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """What makes two command lines the same run (parallelism and timeouts do not)."""
+    return {
+        "agent": args.agent,
+        "tasks": str(Path(args.tasks).resolve()),
+        "reward": args.reward,
+        "primary_reward": args.primary_reward,
+        "max_attempts": args.max_attempts,
+        "model": args.upstream or args.model,
+    }
 
 
 def progress_bar() -> Progress:
@@ -123,7 +152,7 @@ def progress_bar() -> Progress:
     )
 
 
-def track(progress: Progress, label: str, total: int):  # noqa: ANN201
+def track(progress: Progress, label: str, total: int) -> Callable[[Runner], None]:
     """An `on_update` hook for the runner that moves a progress bar."""
     bar = progress.add_task(label, total=total, detail="")
 
@@ -139,7 +168,7 @@ def track(progress: Progress, label: str, total: int):  # noqa: ANN201
     return on_update
 
 
-def print_summary(outcomes: list, seconds: float) -> None:  # noqa: ANN001
+def print_summary(outcomes: Sequence[RolloutOutcome], seconds: float) -> None:
     summary = summarize(outcomes)
     table = Table(title="rollouts", show_header=False)
     mean = summary["mean_reward"]
@@ -163,30 +192,34 @@ def print_summary(outcomes: list, seconds: float) -> None:  # noqa: ANN001
 def run(args: argparse.Namespace) -> int:
     tasks, evaluator, agent = load_inputs(args)
     config = runner_config(args)
-    requests = requests_for(tasks, args.group_size, args.mode, args.max_attempts)
-    project = Project.at(args.project_dir)
-    store = SQLiteStore(project.store_path)
-    gateway = Gateway(store, project.authority())
-    gateway.add_upstream(policy_upstream(args, console))
-    started = time.monotonic()
-    with BackgroundServer(create_gateway_app(gateway)) as url:
-        gateway.config.public_url = url
-        with progress_bar() as progress:
-            runner = Runner(
-                store,
-                agent,
-                AgentEndpoints(url, gateway.auth),
-                evaluator,
-                config,
-                on_update=track(progress, "rollouts", len(requests)),
-            )
-            outcomes = asyncio.run(_run(runner, requests))
-    print_summary(outcomes, time.monotonic() - started)
-    store.close()
+    store = open_cli_store(args, "rollout")
+    try:
+        settings = {**command_settings(args), "group_size": args.group_size, "mode": args.mode}
+        shape = {"group_size": args.group_size, "mode": args.mode}
+        record = begin_run(store, args, "rollout", tasks, Path(args.tasks).stem, settings, shape)
+        requests = requests_for(tasks, args.group_size, args.mode, args.max_attempts)
+        authority = Project.at(args.project_dir).authority()
+        started = time.monotonic()
+        with local_stack(store, authority, [policy_upstream(args, console)]) as stack:
+            with progress_bar() as progress:
+                runner = Runner(
+                    store,
+                    agent,
+                    stack.endpoints,
+                    evaluator,
+                    config,
+                    on_update=track(progress, "rollouts", len(requests)),
+                    run=record.name,
+                )
+                outcomes = asyncio.run(_run(runner, requests))
+        print_summary(outcomes, time.monotonic() - started)
+        console.print(f"run {record.name}: `tether store rollouts --run {record.name}` lists its rollouts")
+    finally:
+        store.close()
     return 0 if any(o.status.value == "succeeded" for o in outcomes) else 1
 
 
-async def _run(runner: Runner, requests: list[RolloutRequest]) -> list:
+async def _run(runner: Runner, requests: list[RolloutRequest]) -> list[RolloutOutcome]:
     try:
         return await runner.run(requests)
     finally:

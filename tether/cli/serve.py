@@ -10,15 +10,12 @@ from pathlib import Path
 import uvicorn
 from rich.console import Console
 
-from tether.cli.common import add_policy_args, policy_upstream
-from tether.gateway import (
-    Gateway,
-    GatewayConfig,
-    create_gateway_app,
-)
+from tether.cli.common import add_policy_args, add_store_arg, open_cli_store, policy_upstream
+from tether.compose import create_app
+from tether.gateway import Gateway, GatewayConfig
 from tether.gateway.server import listen, url_of
 from tether.project import Project
-from tether.store import SQLiteStore, StoreError
+from tether.store.backends import scheme_of
 from tether.store.recovery import DEFAULT_HEARTBEAT_TIMEOUT_S, StaleSweeper
 
 console = Console(stderr=True)
@@ -47,9 +44,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--host", default="127.0.0.1", help="interface to bind (loopback by default)")
     parser.add_argument("--port", type=int, default=8000, help="port to bind (0 picks a free one)")
-    parser.add_argument(
-        "--project-dir", default=None, help="project directory holding .tether/ (default: cwd)"
-    )
+    add_store_arg(parser)
     parser.add_argument("--no-session", action="store_true", help="do not open an ad-hoc session rollout")
     parser.add_argument("--log-level", default="warning", help="uvicorn log level")
     parser.add_argument(
@@ -60,7 +55,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="a running attempt whose worker has not heartbeated for this long is timed out and its "
         "rollout requeued (checked at start, so a restart recovers what was running, then periodically)",
     )
-    parser.set_defaults(run=run)
+    parser.set_defaults(command_main=run)
 
 
 def parse_routes(items: list[str]) -> dict[str, str]:
@@ -93,16 +88,15 @@ def run(args: argparse.Namespace) -> int:
             f"[yellow]warning:[/] binding {args.host}: the gateway is reachable from other machines; "
             "keep the admin token secret"
         )
-    try:
-        store = SQLiteStore(project.store_path)
-    except StoreError as exc:
-        raise SystemExit(f"tether serve: {exc}") from None
+    if args.store and scheme_of(args.store) in ("http", "https"):
+        raise SystemExit("tether serve: --store must name a database (serve is what http(s) stores point at)")
+    store = open_cli_store(args, "serve")
     sweeper = StaleSweeper(store, args.heartbeat_timeout)
     authority = project.authority()
     token_path = project.write_admin_token(authority)
     gateway = Gateway(store, authority, GatewayConfig(routes=routes))
     gateway.add_upstream(policy_upstream(args, console))
-    app = create_gateway_app(gateway)
+    app = create_app(gateway)
     try:
         sock = listen(args.host, args.port)
     except OSError as exc:

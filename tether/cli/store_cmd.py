@@ -5,71 +5,77 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import sys
+from collections import Counter
 from typing import Any
 
 import orjson
 from rich.console import Console
 from rich.table import Table
 
+from tether.cli.common import add_store_arg
+from tether.contracts import is_call_span
 from tether.project import Project
-from tether.store import NotFound, RolloutStatus, SQLiteStore, Store, StoreError
-from tether.store.models import Span
+from tether.store import NotFound, RolloutStatus, Store, StoreError, StoreOptions, open_store, rollout_reward
+from tether.store.backends import default_store_url, scheme_of, sqlite_path
+from tether.store.models import Rollout, Span
 
 console = Console()
 PREVIEW_IDS = 12
+ALL = 1_000_000_000
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "store",
         help="list and inspect rollouts, spans and rewards",
-        description="Read the project's store: the local .tether/store.db, or a running server with --url.",
+        description="Read the project's store (--store: a SQLite file, or a running `tether serve`).",
     )
+    add_store_arg(parser)
+    parser.add_argument("--db", default=None, help=argparse.SUPPRESS)  # older spelling of --store PATH
+    parser.add_argument("--url", default=None, help=argparse.SUPPRESS)  # older spelling of --store URL
     parser.add_argument(
-        "--project-dir", default=None, help="project directory holding .tether/ (default: cwd)"
+        "--token", default=None, help="admin token for an http(s) store (default: .tether/admin_token)"
     )
-    parser.add_argument("--db", default=None, help="path of a store database (default: .tether/store.db)")
-    parser.add_argument(
-        "--url", default=None, help="base URL of a running `tether serve` (uses its store API)"
-    )
-    parser.add_argument("--token", default=None, help="admin token for --url (default: .tether/admin_token)")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
 
     rollouts = actions.add_parser("rollouts", help="list rollouts")
+    rollouts.add_argument("--run", metavar="NAME", help="only this run's rollouts")
     rollouts.add_argument("--status", choices=[s.value for s in RolloutStatus])
-    rollouts.add_argument("--limit", type=int, default=50)
-    rollouts.add_argument("--json", action="store_true", help="print JSON lines instead of a table")
-    rollouts.set_defaults(run=list_rollouts)
+    rollouts.add_argument("--limit", type=int, default=50, help="at most this many (0: all)")
+    rollouts.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON object per line: id, run, task_id, sample, status, attempts, reward (for scripts)",
+    )
+    rollouts.set_defaults(command_main=list_rollouts)
+
+    runs = actions.add_parser("runs", help="list the runs that have rollouts")
+    runs.set_defaults(command_main=list_runs)
 
     show = actions.add_parser("show", help="show one rollout: attempts, rewards and model calls")
     show.add_argument("rollout_id", nargs="?", default="latest", help="a rollout id, or 'latest'")
-    show.set_defaults(run=show_rollout)
+    show.set_defaults(command_main=show_rollout)
 
     spans = actions.add_parser("spans", help="print a rollout's spans as JSON lines (token ids included)")
     spans.add_argument("rollout_id", nargs="?", default="latest", help="a rollout id, or 'latest'")
-    spans.set_defaults(run=dump_spans)
-    parser.set_defaults(run=lambda _: parser.print_help() or 2)
+    spans.set_defaults(command_main=dump_spans)
+    parser.set_defaults(command_main=lambda _: parser.print_help() or 2)
 
 
 def open_from_args(args: argparse.Namespace) -> Store:
+    """The store to read: it must exist already (reading never creates an empty one)."""
     project = Project.at(args.project_dir)
-    if args.url:
-        from tether.store.client import StoreClient
-
-        token = args.token
-        if token is None:
-            if not project.admin_token_path.exists():
-                raise SystemExit(
-                    f"tether store: no --token given and {project.admin_token_path} does not exist"
-                )
-            token = project.admin_token_path.read_text().strip()
-        return StoreClient(args.url.rstrip("/"), token)
-    path = args.db or project.store_path
-    if args.db is None and not project.store_path.exists():
-        raise SystemExit(
-            f"tether store: no store at {project.store_path} (run `tether serve` first, or pass --db)"
-        )
-    return SQLiteStore(path)
+    url = args.store or args.db or args.url or default_store_url(project.root)
+    if scheme_of(url) == "sqlite":
+        path = sqlite_path(url, project.root)
+        if not path.is_file():
+            raise SystemExit(
+                f"tether: no store database at {path} (run `tether serve` first, or check --store)"
+            )
+    try:
+        return open_store(url, StoreOptions(project_dir=project.root, token=args.token))
+    except StoreError as exc:
+        raise SystemExit(f"tether store: {exc}") from None
 
 
 def _time(value: float | None) -> str:
@@ -87,24 +93,60 @@ def _resolve(store: Store, rollout_id: str) -> str:
 
 def list_rollouts(args: argparse.Namespace) -> int:
     store = open_from_args(args)
-    rollouts = store.list_rollouts(status=args.status, limit=args.limit)
+    limit = args.limit if args.limit > 0 else ALL
+    rollouts = store.list_rollouts(status=args.status, run=args.run, limit=limit)
     if args.json:
         for rollout in rollouts:
-            sys.stdout.write(rollout.model_dump_json() + "\n")
+            sys.stdout.write(orjson.dumps(_summary(store, rollout)).decode() + "\n")
         return 0
     table = Table(
-        "rollout", "status", "mode", "attempts", "created", "input", title=f"{len(rollouts)} rollouts"
+        "rollout",
+        "run",
+        "status",
+        "mode",
+        "attempts",
+        "reward",
+        "created",
+        "input",
+        title=f"{len(rollouts)} rollouts",
     )
     for r in rollouts:
+        reward = rollout_reward(store, r) if r.status.finished else None
         table.add_row(
             r.id,
+            r.run or "-",
             r.status.value,
             r.mode,
             f"{r.attempt_count}/{r.max_attempts}",
+            "-" if reward is None else f"{reward:g}",
             _time(r.created_at),
             orjson.dumps(r.input).decode()[:60],
         )
     console.print(table)
+    return 0
+
+
+def _summary(store: Store, rollout: Rollout) -> dict[str, Any]:
+    return {
+        "id": rollout.id,
+        "run": rollout.run,
+        "task_id": rollout.task_id,
+        "sample": rollout.sample,
+        "status": rollout.status.value,
+        "attempts": rollout.attempt_count,
+        "reward": rollout_reward(store, rollout),
+        "mode": rollout.mode,
+        "error": rollout.error,
+    }
+
+
+def list_runs(args: argparse.Namespace) -> int:
+    store = open_from_args(args)
+    for run in store.list_runs():
+        rollouts = store.list_rollouts(run=run, limit=ALL)
+        counts = Counter(r.status.value for r in rollouts)
+        detail = ", ".join(f"{status} {count}" for status, count in sorted(counts.items()))
+        console.print(f"{run}  {len(rollouts)} rollouts ({detail})")
     return 0
 
 
@@ -159,7 +201,7 @@ def show_rollout(args: argparse.Namespace) -> int:
     spans = store.query_spans(rollout_id=rollout.id, limit=100000)
     console.print(f"{len(spans)} spans")
     for position, span in enumerate(spans):
-        if not span.name.startswith("llm."):
+        if not is_call_span(span.name):
             console.print(f"  span {span.name} ({span.status})")
             continue
         table = Table(show_header=False, title=f"model call {position + 1}", title_justify="left")

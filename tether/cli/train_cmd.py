@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import time
 from pathlib import Path
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from tether.cli.common import add_store_arg, begin_run, open_cli_store
 from tether.cli.plot_cmd import plot
 from tether.cli.rollout_cmd import add_runner_args, load_inputs
+from tether.contracts import ALGORITHMS
 from tether.project import Project
 from tether.runner import TaskFileError, load_tasks
-from tether.store import SQLiteStore
 
 console = Console(stderr=True)
 
@@ -27,7 +27,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
             "calls into transitions, credits each rollout against its group (LightningRL), and updates a "
             "LoRA adapter that the engine then serves as the next policy version. Held-out accuracy on "
             "--val-tasks is measured greedily before, every --val-every steps, and after. Metrics go to "
-            ".tether/runs/NAME/metrics.jsonl and TensorBoard; the curve to curves.png."
+            ".tether/runs/NAME/metrics.jsonl and TensorBoard; the curve to curves.png. Running the same "
+            "command again resumes the run from its last checkpoint; --fresh starts it over."
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
@@ -36,7 +37,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--model", default="smollm2-135m", help="smollm2-135m, tiny-random or a local HF folder"
     )
-    parser.add_argument("--algorithm", default="grpo", choices=["grpo", "drgrpo", "rloo", "sft"])
+    parser.add_argument("--algorithm", default="grpo", choices=list(ALGORITHMS))
     parser.add_argument("--steps", type=int, default=20, help="policy updates")
     parser.add_argument("--group-size", type=int, default=8, help="rollouts per task in a step (a group)")
     parser.add_argument("--tasks-per-step", type=int, default=4, help="groups per update")
@@ -80,15 +81,26 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--max-staleness", type=int, default=1, help="async: drop samples older than this")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
-        "--run-name", default=None, help="run folder under .tether/runs (default: a timestamp)"
+        "--run",
+        "--run-name",
+        dest="run",
+        metavar="NAME",
+        default=None,
+        help="the run (its folder is .tether/runs/NAME; default: derived from the command line, so "
+        "running the same command again resumes it from its last checkpoint)",
     )
     parser.add_argument(
-        "--resume", action="store_true", help="continue the run named by --run-name (or the latest)"
+        "--fresh",
+        action="store_true",
+        help="start the run over: the old one is kept under NAME~N (folder and rollouts)",
     )
     parser.add_argument(
-        "--project-dir", default=None, help="project directory holding .tether/ (default: cwd)"
+        "--resume",
+        action="store_true",
+        help="without --run: resume the most recent run that has a checkpoint",
     )
-    parser.set_defaults(run=run, n_workers=None)
+    add_store_arg(parser)
+    parser.set_defaults(command_main=run, n_workers=None)
 
 
 def _fixed_agents(values: list[str]) -> dict[str, str | None]:
@@ -101,19 +113,48 @@ def _fixed_agents(values: list[str]) -> dict[str, str | None]:
     return fixed
 
 
-def _run_dir(project: Project, name: str | None, resume: bool) -> Path:
+def _latest_checkpointed(project: Project) -> str:
     runs = project.state_dir / "runs"
-    if resume and name is None:
-        existing = sorted(runs.glob("*/checkpoint"), key=lambda p: p.stat().st_mtime)
-        if not existing:
-            raise SystemExit(f"tether train: --resume found no checkpoint under {runs}")
-        return existing[-1].parent
-    return runs / (name or time.strftime("%Y%m%d-%H%M%S"))
+    existing = sorted(runs.glob("*/checkpoint"), key=lambda p: p.stat().st_mtime)
+    if not existing:
+        raise SystemExit(f"tether train: --resume found no checkpoint under {runs}")
+    return existing[-1].parent.name
+
+
+def _archive_folder(run_dir: Path) -> None:
+    """--fresh: the old run folder moves to NAME~N, next to it."""
+    if not run_dir.exists():
+        return
+    number = 1
+    while run_dir.with_name(f"{run_dir.name}~{number}").exists():
+        number += 1
+    run_dir.rename(run_dir.with_name(f"{run_dir.name}~{number}"))
+
+
+def _command_line(args: argparse.Namespace) -> tuple[dict[str, object], dict[str, object]]:
+    """What names the run by default, and what must not change when it resumes."""
+    shape = {
+        "model": args.model,
+        "algorithm": args.algorithm,
+        "group_size": args.group_size,
+        "tasks_per_step": args.tasks_per_step,
+        "seed": args.seed,
+        "full": args.full,
+        "lora_r": args.lora_r,
+    }
+    named = {
+        **shape,
+        "agent": args.agent,
+        "tasks": str(Path(args.tasks).resolve()),
+        "val_tasks": str(Path(args.val_tasks).resolve()) if args.val_tasks else None,
+        "reward": args.reward,
+    }
+    return named, shape
 
 
 def run(args: argparse.Namespace) -> int:
+    from tether.trainer.config import TrainConfig
     from tether.trainer.loop import Trainer, TrainerConfig
-    from tether.trainer.policy import TrainConfig
 
     if args.n_workers is None:
         args.n_workers = args.group_size * args.tasks_per_step
@@ -156,9 +197,15 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise SystemExit(f"tether train: {exc}") from None
     project = Project.at(args.project_dir)
-    run_dir = _run_dir(project, args.run_name, args.resume)
-    store = SQLiteStore(project.store_path)
-    trainer = Trainer(config, run_dir, store, project.authority())
+    if args.resume and args.run is None:
+        args.run = _latest_checkpointed(project)
+    store = open_cli_store(args, "train")
+    named, shape = _command_line(args)
+    record = begin_run(store, args, "train", train_tasks, Path(args.tasks).stem, named, shape)
+    run_dir = project.state_dir / "runs" / record.name
+    if args.fresh:
+        _archive_folder(run_dir)
+    trainer = Trainer(config, run_dir, store, project.authority(), run=record)
     console.print(f"run folder: {run_dir}")
     with Progress(
         TextColumn("[bold]training"),
@@ -170,7 +217,7 @@ def run(args: argparse.Namespace) -> int:
     ) as progress:
         bar = progress.add_task("train", total=config.steps, detail="")
         trainer.on_step = lambda record: _show(progress, bar, record)
-        result = trainer.fit(agent, train_tasks, val_tasks, evaluator, resume=args.resume)
+        result = trainer.fit(agent, train_tasks, val_tasks, evaluator)
     store.close()
     curve = plot(result.history, run_dir / "curves.png", run_dir.name)
     _report(result, curve)

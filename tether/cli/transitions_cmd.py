@@ -8,8 +8,8 @@ from pathlib import Path
 
 from tether.adapters import build_transitions, to_hf_dataset, write_jsonl
 from tether.adapters.build import ALL_ROWS, TransitionReport
+from tether.cli.common import add_store_arg
 from tether.cli.store_cmd import open_from_args
-from tether.project import Project
 from tether.store import RolloutStatus, Store, StoreError
 from tether.store.models import FINISHED_STATUSES, Rollout
 
@@ -74,6 +74,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help=f"only rollouts with these statuses (default: the finished ones: {', '.join(FINISHED)})",
     )
     export.add_argument("--mode", default=None, help="only rollouts of this mode, e.g. train (default: any)")
+    export.add_argument("--run", default=None, metavar="NAME", help="only this run's rollouts (default: any)")
     export.add_argument(
         "--reward-name",
         default=None,
@@ -93,40 +94,26 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         metavar="N",
         help="which choice of an n>1 call to export (default: 0)",
     )
-    export.add_argument(
-        "--project-dir", default=None, metavar="DIR", help="project directory holding .tether/ (default: cwd)"
-    )
-    export.add_argument(
-        "--db", default=None, metavar="PATH", help="path of a store database (default: .tether/store.db)"
-    )
-    # open_from_args also serves `tether store --url`; this command reads a SQLite file only.
-    export.set_defaults(run=export_transitions, url=None, token=None)
+    add_store_arg(export)
+    export.add_argument("--db", default=None, help=argparse.SUPPRESS)  # older spelling of --store PATH
+    export.set_defaults(command_main=export_transitions, url=None, token=None)
 
 
-def open_store(args: argparse.Namespace) -> Store:
-    path = Path(args.db) if args.db else Project.at(args.project_dir).store_path
-    if not path.is_file():
-        hint = "check --db" if args.db else "run `tether serve` first, or pass --db"
-        raise SystemExit(f"{PROG}: no store database at {path} ({hint})")
-    try:
-        return open_from_args(args)
-    except StoreError as exc:
-        raise SystemExit(f"{PROG}: {exc}") from None
-
-
-def select_rollouts(store: Store, statuses: list[str] | None, mode: str | None) -> list[Rollout]:
+def select_rollouts(
+    store: Store, statuses: list[str] | None, mode: str | None, run: str | None = None
+) -> list[Rollout]:
     wanted = set(statuses) if statuses else set(FINISHED)
     return [
         rollout
-        for rollout in store.list_rollouts(limit=ALL_ROWS)
+        for rollout in store.list_rollouts(run=run, limit=ALL_ROWS)
         if rollout.status.value in wanted and (mode is None or rollout.mode == mode)
     ]
 
 
 def export_transitions(args: argparse.Namespace) -> int:
-    store = open_store(args)
+    store = open_from_args(args)
     try:
-        rollouts = select_rollouts(store, args.statuses, args.mode)
+        rollouts = select_rollouts(store, args.statuses, args.mode, args.run)
         report = build_transitions(
             store,
             rollouts,

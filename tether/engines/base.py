@@ -47,8 +47,10 @@ class GenerationDone:
 
 
 class Engine(Protocol):
-    name: str
-    policy_version: int
+    """What the gateway's engine upstream and the trainer use of an in-process engine."""
+
+    policy_version: int  # the version of the policy that generates from now on
+    max_context: int  # prompt plus completion, in tokens
 
     def chat_prompt_ids(
         self,
@@ -77,8 +79,11 @@ class Engine(Protocol):
         """Generate one completion token by token; the final item is a GenerationDone."""
         ...
 
-    def load_adapter(self, adapter_path: str, policy_version: int | None = None) -> int:
-        """Swap in a LoRA adapter in place; returns the new policy version."""
+    async def aload_adapter(self, adapter_path: str, policy_version: int | None = None) -> int:
+        """Make a LoRA adapter the policy, between generations (each one is produced by exactly one
+        version); returns the new policy version (`policy_version`, or the current one plus one)."""
         ...
 
-    async def aclose(self) -> None: ...
+    def close(self) -> None:
+        """Stop the engine (blocking until its worker has stopped); later generations fail."""
+        ...

@@ -28,8 +28,8 @@ from .openmp import prefer_passive_waiting
 
 prefer_passive_waiting()
 
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
+import torch
+import torch.nn.functional as F
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 from transformers.cache_utils import DynamicLayer
 
@@ -127,10 +127,6 @@ class TransformersEngine:
         self._worker = threading.Thread(target=self._run, name=f"tether-engine-{self.name}", daemon=True)
         self._worker.start()
 
-    @classmethod
-    def load(cls, model: str, **kwargs: Any) -> TransformersEngine:
-        return cls(model, **kwargs)
-
     def _load_model(self, path: Path, dtype: torch.dtype) -> Any:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
         return model.to(self.device).eval()
@@ -215,9 +211,6 @@ class TransformersEngine:
         if params.top_p <= 0 or params.top_p > 1:
             raise ValueError(f"top_p must be in (0, 1], got {params.top_p}")
 
-    def set_policy_version(self, version: int) -> None:
-        self.policy_version = int(version)
-
     def load_adapter(self, adapter_path: str, policy_version: int | None = None) -> int:
         """Make the LoRA adapter in `adapter_path` the active policy, between batches. Blocks."""
         with self._swap_lock:
@@ -255,9 +248,6 @@ class TransformersEngine:
         self._requests.put(_STOP)
         if threading.current_thread() is not self._worker:
             self._worker.join()
-
-    async def aclose(self) -> None:
-        await asyncio.to_thread(self.close)
 
     def _run(self) -> None:
         pending: deque[_Request] = deque()

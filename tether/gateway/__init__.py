@@ -1,16 +1,28 @@
-"""The gateway: an OpenAI-compatible proxy that ties every model call to its rollout and records it."""
+"""The gateway: an OpenAI-compatible proxy that ties every model call to its rollout and records it.
+`tether.compose.create_app` serves it."""
 
-from tether.gateway.app import Gateway, GatewayConfig, create_gateway_app
+from tether.gateway.app import Gateway, GatewayConfig
 from tether.gateway.errors import GatewayError, UpstreamError
-from tether.gateway.upstreams import EngineUpstream, HTTPUpstream, HTTPUpstreamConfig
+from tether.gateway.upstreams import (
+    CallKind,
+    CallRecord,
+    ChoiceRecord,
+    EngineUpstream,
+    HTTPUpstream,
+    HTTPUpstreamConfig,
+    Upstream,
+)
 
 __all__ = [
+    "CallKind",
+    "CallRecord",
+    "ChoiceRecord",
     "EngineUpstream",
     "Gateway",
     "GatewayConfig",
     "GatewayError",
     "HTTPUpstream",
     "HTTPUpstreamConfig",
+    "Upstream",
     "UpstreamError",
-    "create_gateway_app",
 ]

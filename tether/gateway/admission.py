@@ -7,8 +7,6 @@ an error; only past the hold limit does it get a retryable 429 with Retry-After.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 
 from tether.gateway.errors import GatewayError
 
@@ -64,11 +62,3 @@ class Admission:
         self.in_flight -= 1
         if self.in_flight == 0:
             self._idle.set()
-
-    @asynccontextmanager
-    async def admit(self) -> AsyncIterator[None]:
-        await self.acquire()
-        try:
-            yield
-        finally:
-            self.release()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tether.auth import AuthError, Refusal
 from tether.errors import APIError
 
 
@@ -28,3 +29,17 @@ def unauthorized(message: str) -> GatewayError:
 
 def forbidden(message: str) -> GatewayError:
     return GatewayError(403, message, type="permission_error", code="forbidden")
+
+
+def refused(error: AuthError) -> GatewayError:
+    """A model call's or reward event's refused API key, as agents' SDKs expect it."""
+    refusal, rollout_id = error.refusal, error.rollout_id
+    if refusal is Refusal.MISSING:
+        return unauthorized("missing API key: send the rollout token as 'Authorization: Bearer <token>'")
+    if refusal is Refusal.OTHER_ROLLOUT:
+        return forbidden(f"this API key belongs to another rollout, not {rollout_id!r}")
+    if refusal is Refusal.UNKNOWN_ROLLOUT:
+        return GatewayError(404, f"unknown rollout {rollout_id!r}", code="rollout_not_found")
+    if refusal is Refusal.EXPIRED:
+        return unauthorized(f"API key expired: rollout {rollout_id} is {error.status}")
+    return unauthorized("invalid API key: not a token issued by this Tether server")

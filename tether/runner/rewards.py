@@ -15,13 +15,18 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from tether.store.models import Reward, Span
 
-Evaluator = Callable[[dict[str, Any], str | None, list[Span]], Any]
+if TYPE_CHECKING:
+    from typing_extensions import TypeIs  # in typing from Python 3.13
+
+TraceEvaluator = Callable[[dict[str, Any], str | None, list[Span]], Any]
+OutputEvaluator = Callable[[dict[str, Any], str | None], Any]
+Evaluator = TraceEvaluator | OutputEvaluator
 
 
 class RewardError(ValueError):
@@ -51,9 +56,13 @@ def load_callable(spec: str) -> Callable[..., Any]:
     return function
 
 
-def _call_evaluator(evaluator: Evaluator, task: dict[str, Any], output: str | None, trace: list[Span]) -> Any:
+def _takes_trace(evaluator: Evaluator) -> TypeIs[TraceEvaluator]:
     parameters = inspect.signature(evaluator).parameters
-    if len(parameters) >= 3 or any(p.kind == p.VAR_POSITIONAL for p in parameters.values()):
+    return len(parameters) >= 3 or any(p.kind == p.VAR_POSITIONAL for p in parameters.values())
+
+
+def _call_evaluator(evaluator: Evaluator, task: dict[str, Any], output: str | None, trace: list[Span]) -> Any:
+    if _takes_trace(evaluator):
         return evaluator(task, output, trace)
     return evaluator(task, output)
 

@@ -1,5 +1,6 @@
 """The store: tasks, rollouts, attempts, spans, rewards and versioned resources."""
 
+from tether.store.backends import StoreOptions, StoreURLError, open_store
 from tether.store.base import InvalidTransition, NotFound, Store, StoreAuthError, StoreError
 from tether.store.client import StoreClient
 from tether.store.models import (
@@ -14,7 +15,6 @@ from tether.store.models import (
     SpanEvent,
     Task,
 )
-from tether.store.backends import StoreOptions, StoreURLError, open_store
 from tether.store.reward_rule import final_reward, rollout_reward
 from tether.store.sqlite import SQLiteStore
 

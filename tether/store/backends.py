@@ -78,20 +78,22 @@ def open_store(url: str | Path | None = None, options: StoreOptions | None = Non
     return factory(text, options)
 
 
-def _sqlite(url: str, options: StoreOptions) -> Store:
-    from tether.store.sqlite import SQLiteStore
-
+def sqlite_path(url: str, project_dir: Path) -> Path:
+    """The file a SQLite store URL names: a path, sqlite:///abs/path or sqlite://relative/path."""
     path = url
     if url.lower().startswith("sqlite:"):
-        # sqlite:///abs/path (three slashes) or sqlite://relative/path, as SQLAlchemy spells them.
         path = url[len("sqlite:") :]
         path = path[2:] if path.startswith("//") else path
         if not path:
             raise StoreURLError(f"the store URL {url!r} names no file: use sqlite:///PATH")
     resolved = Path(path)
-    if not resolved.is_absolute():
-        resolved = options.project_dir / resolved
-    return SQLiteStore(resolved)
+    return resolved if resolved.is_absolute() else project_dir / resolved
+
+
+def _sqlite(url: str, options: StoreOptions) -> Store:
+    from tether.store.sqlite import SQLiteStore
+
+    return SQLiteStore(sqlite_path(url, options.project_dir))
 
 
 def _memory(url: str, options: StoreOptions) -> Store:

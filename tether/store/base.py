@@ -98,6 +98,10 @@ class Store(Protocol):
         """The names of the runs that have rollouts, oldest first."""
         ...
 
+    def rename_run(self, run: str, new_name: str) -> int:
+        """Move every rollout of `run` to `new_name` (archiving a run that starts over); returns how many."""
+        ...
+
     def list_attempts(self, rollout_id: str) -> list[Attempt]: ...
 
     def wait_for(self, rollout_ids: Sequence[str], timeout: float | None = None) -> list[Rollout]:

@@ -35,6 +35,7 @@ CLAIM = TypeAdapter(Claim)
 MAYBE_CLAIM = TypeAdapter(Claim | None)
 RESOURCE = TypeAdapter(Resource)
 STRINGS = TypeAdapter(list[str])
+COUNT = TypeAdapter(int)
 
 RETRYABLE = (httpx.ConnectError, httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError)
 RETRY_DELAYS_S = (0.1, 0.3)
@@ -204,6 +205,10 @@ class StoreClient:
 
     def list_runs(self) -> list[str]:
         return self._get(STRINGS, "/store/runs")
+
+    def rename_run(self, run: str, new_name: str) -> int:
+        body = {"new_name": new_name}
+        return self._post(COUNT, f"/store/runs/{quote(run, safe='')}/rename", body)
 
     def list_attempts(self, rollout_id: str) -> list[Attempt]:
         return self._get(ATTEMPTS, self._rollout_path(rollout_id, "/attempts"))

@@ -7,7 +7,6 @@ OpenAI-shaped: `{"error": {"message", "type", "param", "code"}}`.
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Annotated, Any
 
@@ -21,7 +20,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from tether.auth import TokenAuthority
+from tether.auth import AuthError, Caller, Refusal, TokenAuthority, authenticate, check_live, find_rollout
 from tether.errors import APIError
 from tether.store.base import InvalidTransition, InvalidValue, NotFound, Store, StoreAuthError, StoreError
 from tether.store.models import (
@@ -72,6 +71,10 @@ class EnqueueRequest(BaseModel):
 class ClaimRequest(BaseModel):
     worker_id: str
     run: str | None = None
+
+
+class RenameRunRequest(BaseModel):
+    new_name: str = Field(min_length=1)
 
 
 class AbandonRequest(BaseModel):
@@ -227,17 +230,6 @@ class _StrictJSONRoute(APIRoute):
 # -- auth -----------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Caller:
-    """Who is calling: the admin (rollout_id None) or the holder of one rollout's token."""
-
-    rollout_id: str | None = None
-
-    @property
-    def is_admin(self) -> bool:
-        return self.rollout_id is None
-
-
 def _unauthorized(message: str, code: str) -> StoreAPIError:
     return StoreAPIError(401, message, type="authentication_error", code=code)
 
@@ -246,23 +238,26 @@ def _forbidden(message: str) -> StoreAPIError:
     return StoreAPIError(403, message, type="permission_error", code="forbidden")
 
 
+def _refused(error: AuthError) -> StoreAPIError:
+    refusal, rollout = error.refusal, error.rollout_id
+    if refusal is Refusal.MISSING:
+        return _unauthorized("missing token: send 'Authorization: Bearer <token>'", "missing_token")
+    if refusal is Refusal.UNKNOWN_ROLLOUT:
+        return _unauthorized(f"invalid token: rollout {rollout!r} does not exist", "invalid_token")
+    if refusal is Refusal.EXPIRED:
+        return _unauthorized(f"token expired: rollout {rollout!r} is {error.status}", "token_expired")
+    return _unauthorized("invalid token", "invalid_token")
+
+
 def _authenticate(store: Store, auth: TokenAuthority, token: str | None) -> Caller:
-    if not token:
-        raise _unauthorized("missing token: send 'Authorization: Bearer <token>'", "missing_token")
-    if auth.is_admin(token):
-        return Caller()
-    rollout_id = auth.rollout_of(token)
-    if rollout_id is None:
-        raise _unauthorized("invalid token", "invalid_token")
+    """The caller, for a live rollout's token or the admin token; blocks on a store read."""
     try:
-        rollout = store.get_rollout(rollout_id)
-    except NotFound:
-        message = f"invalid token: rollout {rollout_id!r} does not exist"
-        raise _unauthorized(message, "invalid_token") from None
-    if rollout.status.finished:
-        message = f"token expired: rollout {rollout_id!r} is {rollout.status.value}"
-        raise _unauthorized(message, "token_expired")
-    return Caller(rollout_id)
+        caller = authenticate(auth, token)
+        if caller.rollout_id is not None:
+            check_live(caller.rollout_id, find_rollout(store, caller.rollout_id))
+    except AuthError as exc:
+        raise _refused(exc) from None
+    return caller
 
 
 def _require_admin(caller: Caller) -> None:
@@ -360,6 +355,10 @@ def create_store_router(store: Store, auth: TokenAuthority, *, max_wait_s: float
     @router.get("/runs", summary="The names of the runs that have rollouts")
     def list_runs(_: Admin) -> list[str]:
         return store.list_runs()
+
+    @router.post("/runs/{run}/rename", summary="Move a run's rollouts to another run name")
+    def rename_run(run: str, body: RenameRunRequest, _: Admin) -> int:
+        return store.rename_run(run, body.new_name)
 
     @router.get("/rollouts/{rollout_id}", summary="Get a rollout")
     def get_rollout(rollout_id: str, who: AnyCaller) -> Rollout:

@@ -493,6 +493,11 @@ class SQLiteStore:
         )
         return [_rollout(row) for row in rows]
 
+    def rename_run(self, run: str, new_name: str) -> int:
+        with self._write() as db:
+            self._rollout_changes += 1
+            return db.execute("UPDATE rollouts SET run = ? WHERE run = ?", (new_name, run)).rowcount
+
     def list_runs(self) -> list[str]:
         rows = self._read(
             "SELECT run FROM rollouts WHERE run IS NOT NULL GROUP BY run ORDER BY MIN(created_at), run"
@@ -643,4 +648,3 @@ class SQLiteStore:
     def close(self) -> None:
         with self._lock:
             self._db.close()
-

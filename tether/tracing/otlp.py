@@ -38,9 +38,18 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1 import trace_pb2
 
-from tether.auth import TokenAuthority, bearer_token
+from tether.auth import (
+    AuthError,
+    Caller,
+    Refusal,
+    TokenAuthority,
+    authenticate,
+    bearer_token,
+    check_live,
+    find_rollout,
+)
 from tether.errors import APIError
-from tether.store.base import NotFound, Store, StoreError
+from tether.store.base import Store, StoreError
 from tether.store.models import Rollout, Span, SpanEvent
 
 MAX_BODY_BYTES = 16 * 1024 * 1024
@@ -71,13 +80,6 @@ def _forbidden(message: str) -> OTLPError:
     return OTLPError(403, message, type="permission_error", code="forbidden")
 
 
-@dataclass(frozen=True)
-class Caller:
-    """The admin (rollout_id None) or the holder of one rollout's token."""
-
-    rollout_id: str | None
-
-
 @dataclass
 class ParsedSpan:
     span: trace_pb2.Span
@@ -90,18 +92,27 @@ class ParsedSpan:
 # -- request reading ------------------------------------------------------------------------------------
 
 
+def _refused(error: AuthError) -> OTLPError:
+    refusal, rollout_id = error.refusal, error.rollout_id
+    if refusal is Refusal.MISSING:
+        return _unauthorized("missing token: send 'Authorization: Bearer <token>'", "missing_token")
+    if refusal is Refusal.OTHER_ROLLOUT:
+        return _forbidden(f"this token belongs to another rollout, not {rollout_id!r}")
+    if refusal is Refusal.UNKNOWN_ROLLOUT:
+        return OTLPError(
+            404, f"unknown rollout {rollout_id!r}", type="not_found_error", code="rollout_not_found"
+        )
+    if refusal is Refusal.EXPIRED:
+        return _unauthorized(f"token expired: rollout {rollout_id!r} is {error.status}", "token_expired")
+    return _unauthorized("invalid token: not a token issued by this Tether server", "invalid_token")
+
+
 def _authenticate(auth: TokenAuthority, request: Request, path_rollout: str | None) -> Caller:
     token = bearer_token(request.headers.get("authorization")) or request.headers.get("x-api-key")
-    if not token:
-        raise _unauthorized("missing token: send 'Authorization: Bearer <token>'", "missing_token")
-    if auth.is_admin(token):
-        return Caller(None)
-    rollout_id = auth.rollout_of(token)
-    if rollout_id is None:
-        raise _unauthorized("invalid token: not a token issued by this Tether server", "invalid_token")
-    if path_rollout is not None and path_rollout != rollout_id:
-        raise _forbidden(f"this token belongs to another rollout, not {path_rollout!r}")
-    return Caller(rollout_id)
+    try:
+        return authenticate(auth, token, path_rollout)
+    except AuthError as exc:
+        raise _refused(exc) from None
 
 
 def _media_type(request: Request) -> str:
@@ -389,16 +400,14 @@ def _rollout_for(caller: Caller, path_rollout: str | None, item: ParsedSpan, cla
 
 
 def _lookup(store: Store, caller: Caller, rollout_id: str) -> Rollout:
+    """The rollout spans go to: any rollout for the admin, a live one for a rollout token."""
+    rollout = find_rollout(store, rollout_id)
+    if caller.is_admin and rollout is not None:
+        return rollout
     try:
-        rollout = store.get_rollout(rollout_id)
-    except NotFound:
-        raise OTLPError(
-            404, f"unknown rollout {rollout_id!r}", type="not_found_error", code="rollout_not_found"
-        ) from None
-    if caller.rollout_id is not None and rollout.status.finished:
-        message = f"token expired: rollout {rollout_id!r} is {rollout.status.value}"
-        raise _unauthorized(message, "token_expired")
-    return rollout
+        return check_live(rollout_id, rollout)
+    except AuthError as exc:
+        raise _refused(exc) from None
 
 
 def _check_ids(item: ParsedSpan) -> None:

@@ -31,11 +31,9 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import orjson
-
-from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from tether.store.base import Store

@@ -1,20 +1,21 @@
-"""Training: the policy update that turns weighted, advantage-carrying samples into new weights.
-
-The names load torch on first use, so that importing `tether.trainer.metrics` (the CLI does) stays light.
-"""
+"""Training: the loop (`loop.py`), the learner seam (`learner.py`) and its first learner (`policy.py`,
+torch in this process). Names load torch only when the torch learner itself is asked for."""
 
 from __future__ import annotations
 
 import importlib
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    from tether.trainer.policy import PolicyTrainer, StepMetrics, TrainConfig, TrainingDiverged
+from tether.trainer.config import TrainConfig
+from tether.trainer.learner import Learner, TrainingDiverged, open_learner
 
-__all__ = ["PolicyTrainer", "StepMetrics", "TrainConfig", "TrainingDiverged"]
+if TYPE_CHECKING:
+    from tether.trainer.policy import PolicyTrainer, StepMetrics
+
+__all__ = ["Learner", "PolicyTrainer", "StepMetrics", "TrainConfig", "TrainingDiverged", "open_learner"]
 
 
 def __getattr__(name: str) -> Any:
-    if name in __all__:
+    if name in ("PolicyTrainer", "StepMetrics"):
         return getattr(importlib.import_module("tether.trainer.policy"), name)
     raise AttributeError(f"module 'tether.trainer' has no attribute {name!r}")

@@ -5,8 +5,10 @@
            new model calls, in-flight calls drain, the adapter is swapped, and admission resumes. Samples
            more than `max_staleness` versions old are dropped.
 
-Everything lives in one process: the store, the gateway (on a background thread), the serving engine,
-the agents' worker pool, and the policy being trained (a second copy of the model, with LoRA).
+The loop knows two seams, both injected or opened by name from their registries: the policy server
+(`tether.policy_server`: the version it serves, the gateway upstream, loading new weights) and the
+learner (`tether.trainer.learner`: the update, saving weights and checkpoints). Each saved version gets
+its own folder (`policies/vN`), so a server elsewhere can load N while still serving N-1.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import asyncio
 import contextlib
 import ctypes
 import random
+import shutil
 import statistics
 import time
 from collections import Counter, deque
@@ -29,26 +32,23 @@ from rich.console import Console
 
 from tether.adapters import Transition, TransitionReport, build_transitions
 from tether.algorithms import AdvantageBatch, assign_advantages
-from tether.engines.transformers_engine import TransformersEngine
-from tether.gateway import (
-    EngineUpstream,
-    Gateway,
-    GatewayConfig,
-    HTTPUpstream,
-    HTTPUpstreamConfig,
-    create_gateway_app,
-)
-from tether.gateway.app import SAMPLING_OVERRIDES
-from tether.gateway.server import BackgroundServer
-from tether.runner import AgentEndpoints, Runner, RunnerConfig
+from tether.auth import TokenAuthority
+from tether.contracts import ALGORITHMS, DEFAULT_ROUTE, Meta
+from tether.gateway import HTTPUpstream, HTTPUpstreamConfig
+from tether.gateway.upstreams import Upstream
+from tether.policy_server import PolicyServer, PolicyServerOptions, PolicyWeights, open_policy_server
+from tether.runner import Runner, RunnerConfig
 from tether.runner.agents import Agent
 from tether.runner.rewards import Evaluator
-from tether.store import RolloutRequest, SQLiteStore, Task
+from tether.runner.runs import RunRecord, cancel_queued
+from tether.stack import local_stack
+from tether.store import RolloutRequest, Store, Task
+from tether.trainer.config import TrainConfig
+from tether.trainer.learner import Learner, TrainingDiverged, open_learner
 from tether.trainer.metrics import MetricsLog
-from tether.trainer.policy import PolicyTrainer, TrainConfig, TrainingDiverged
 
 console = Console(stderr=True)
-ALGORITHMS = ("grpo", "drgrpo", "rloo", "sft")
+POLICY_VERSIONS_KEPT = 3  # policy folders kept on disk: the served one, the one before, the next
 
 
 @dataclass
@@ -74,6 +74,8 @@ class TrainerConfig:
     sft_threshold: float = 1.0  # sft: train on rollouts whose reward is at least this
     seed: int = 0
     engine_threads: int | None = None
+    policy_server: str = "builtin"  # a kind registered in tether.policy_server
+    learner: str = "local"  # a kind registered in tether.trainer.learner
     policy: TrainConfig = field(default_factory=lambda: TrainConfig(model="smollm2-135m"))
 
     def __post_init__(self) -> None:
@@ -121,13 +123,27 @@ class TaskCursor:
 
 
 class Trainer:
-    """`Trainer(config).fit(agent, train_tasks, val_tasks, evaluator)` trains an unmodified agent."""
+    """`Trainer(config, run_dir, store, auth).fit(agent, train_tasks, val_tasks, evaluator)` trains an
+    unmodified agent. The policy server and the learner are opened from `config` unless given."""
 
-    def __init__(self, config: TrainerConfig, run_dir: Path, store: SQLiteStore, auth: Any) -> None:
+    def __init__(
+        self,
+        config: TrainerConfig,
+        run_dir: Path,
+        store: Store,
+        auth: TokenAuthority,
+        *,
+        policy_server: PolicyServer | None = None,
+        learner: Learner | None = None,
+        run: RunRecord | None = None,
+    ) -> None:
         self.config = config
         self.run_dir = run_dir
         self.store = store
         self.auth = auth
+        self.policy_server = policy_server
+        self.learner = learner
+        self.run = run
         self.log = MetricsLog(run_dir)
         self.history: list[dict[str, Any]] = []
         self.on_step: Callable[[dict[str, Any]], None] | None = None
@@ -145,51 +161,58 @@ class Trainer:
         if not train_tasks:
             raise ValueError("no training tasks")
         config = self.config
+        opened: list[PolicyServer] = []
         with console.status(f"loading {config.model} for serving and for training ..."):
-            engine = TransformersEngine(
-                config.model, max_batch_size=config.n_workers, threads=config.engine_threads
-            )
-            policy = PolicyTrainer(config.policy)
-        gateway = Gateway(self.store, self.auth, GatewayConfig(hold_limit_s=600))
-        gateway.add_upstream(EngineUpstream(engine, name="policy"))
-        base_engine = self._add_fixed_upstreams(gateway)
+            server = self.policy_server or self._open_server("policy", opened)
+            learner = self.learner or open_learner(config.learner, config.policy)
         try:
-            with BackgroundServer(create_gateway_app(gateway)) as url:
-                gateway.config.public_url = url
+            upstreams, routes = self._fixed_upstreams(opened)
+            with local_stack(
+                self.store, self.auth, [server.upstream(), *upstreams], routes=routes, hold_limit_s=600
+            ) as stack:
                 runner = Runner(
                     self.store,
                     agent,
-                    AgentEndpoints(url, self.auth),
+                    stack.endpoints,
                     evaluator,
                     RunnerConfig(n_workers=config.n_workers, timeout_s=config.timeout_s),
+                    run=None if self.run is None else self.run.name,
                 )
-                session = _Session(self, engine, policy, runner, url, train_tasks, val_tasks)
+                session = _Session(self, server, learner, runner, stack.url, train_tasks, val_tasks)
                 return asyncio.run(session.run(resume))
         finally:
-            engine.close()
-            if base_engine is not None:
-                base_engine.close()
+            for opened_server in opened:
+                opened_server.close()
             self.log.close()
 
-    def _add_fixed_upstreams(self, gateway: Gateway) -> TransformersEngine | None:
-        """Route each fixed agent's model alias to its own upstream; the built-in base model (a second,
-        frozen copy) is loaded only when some fixed agent uses it."""
-        base_engine = None
+    def _open_server(self, name: str, opened: list[PolicyServer]) -> PolicyServer:
+        options = PolicyServerOptions(
+            model=self.config.model,
+            name=name,
+            max_batch_size=self.config.n_workers,
+            threads=self.config.engine_threads,
+        )
+        server = open_policy_server(self.config.policy_server, options)
+        opened.append(server)
+        return server
+
+    def _fixed_upstreams(self, opened: list[PolicyServer]) -> tuple[list[Upstream], dict[str, str]]:
+        """An upstream per fixed agent's model alias, and the routes to them. The base model (a second,
+        frozen copy, never given new weights) is loaded only when some fixed agent uses it."""
+        upstreams: list[Upstream] = []
+        routes = {DEFAULT_ROUTE: "policy"}
+        base: PolicyServer | None = None
         for alias, url in self.config.fixed_agents.items():
             if url is None:
-                if base_engine is None:
-                    base_engine = TransformersEngine(
-                        self.config.model,
-                        max_batch_size=self.config.n_workers,
-                        threads=self.config.engine_threads,
-                    )
-                    gateway.add_upstream(EngineUpstream(base_engine, name="base"))
-                gateway.config.routes[alias] = "base"
+                if base is None:
+                    base = self._open_server("base", opened)
+                    upstreams.append(base.upstream())
+                routes[alias] = "base"
             else:
                 name = f"fixed:{alias}"
-                gateway.add_upstream(HTTPUpstream(HTTPUpstreamConfig(name=name, base_url=url)))
-                gateway.config.routes[alias] = name
-        return base_engine
+                upstreams.append(HTTPUpstream(HTTPUpstreamConfig(name=name, base_url=url)))
+                routes[alias] = name
+        return upstreams, routes
 
     def record(self, record: dict[str, Any]) -> None:
         self.history.append(record)
@@ -201,8 +224,8 @@ class Trainer:
 @dataclass
 class _Session:
     trainer: Trainer
-    engine: TransformersEngine
-    policy: PolicyTrainer
+    server: PolicyServer
+    learner: Learner
     runner: Runner
     url: str
     train_tasks: Sequence[Task]
@@ -222,8 +245,12 @@ class _Session:
         return self.trainer.config
 
     async def run(self, resume: bool) -> FitResult:
-        if resume:
-            self._restore()
+        run = self.trainer.run
+        if resume or (run is not None and run.resumed):
+            await self._restore()
+        if run is not None and run.resumed:
+            # What the dead run had queued belongs to its lost future: it is not run now.
+            await asyncio.to_thread(cancel_queued, self.trainer.store, run.name, "the run was resumed")
         self.runner.start()
         try:
             val_before = await self.validate() if self.step == 0 else self._last_val()
@@ -239,6 +266,12 @@ class _Session:
 
     # -- data -----------------------------------------------------------------------------------------
 
+    def _key(self, label: str, task: Task, sample: int) -> str | None:
+        """Keys within the run; each start of the run has its own, since a resumed run's policy after
+        the checkpoint is not the one that made the earlier rollouts."""
+        run = self.trainer.run
+        return None if run is None else f"{run.starts}.{label}/{task.id}#{sample}"
+
     def _group_requests(self, tasks: Sequence[Task], label: str) -> list[RolloutRequest]:
         return [
             RolloutRequest(
@@ -246,10 +279,12 @@ class _Session:
                 mode="train",
                 group_id=f"{task.id}@{label}",
                 max_attempts=self.config.max_attempts,
-                metadata={"step": self.step},
+                metadata={Meta.STEP: self.step},
+                key=self._key(label, task, sample),
+                sample=sample,
             )
             for task in tasks
-            for _ in range(self.config.group_size)
+            for sample in range(self.config.group_size)
         ]
 
     async def _collect(self, requests: Sequence[RolloutRequest]) -> tuple[list[Transition], dict[str, Any]]:
@@ -302,23 +337,23 @@ class _Session:
             "groups_used": batch.report.groups_used,
             "groups_zero_variance": batch.report.groups_zero_variance,
             "samples": len(batch.samples),
-            "policy_version": self.engine.policy_version,
+            "policy_version": self.server.policy_version,
         }
         if batch.samples:
             try:
-                metrics = await self._on_update_thread(self.policy.step, batch)
+                metrics = await self._on_update_thread(self.learner.step, batch)
             except TrainingDiverged as exc:
                 raise SystemExit(
                     f"training diverged at step {self.step + 1}: {exc}. The last good "
                     f"checkpoint is in {self.trainer.run_dir / 'checkpoint'}."
                 ) from None
             record.update({f"train.{k}": v for k, v in metrics.to_dict().items() if k != "step"})
-            adapter = await self._on_update_thread(self.policy.save_adapter, self.trainer.run_dir / "adapter")
-            await self._swap(adapter)
+            weights = await self._on_update_thread(self._save_weights, self.step + 1)
+            await self._swap(weights)
         else:
             record["skipped"] = "every group had the same reward: nothing to learn from this batch"
         self.step += 1
-        record["policy_version_after"] = self.engine.policy_version
+        record["policy_version_after"] = self.server.policy_version
         self.trainer.record(record)
         if self.config.val_every and self.step % self.config.val_every == 0 and self.step < self.config.steps:
             await self.validate()
@@ -330,18 +365,33 @@ class _Session:
         release_free_memory()
         return result
 
-    async def _swap(self, adapter: Path) -> None:
+    def _save_weights(self, version: int) -> PolicyWeights:
+        folder = self.trainer.run_dir / "policies"
+        weights = self.learner.save_weights(folder / f"v{version}", version)
+        for old in sorted(folder.glob("v*"), key=_version_of)[:-POLICY_VERSIONS_KEPT]:
+            shutil.rmtree(old, ignore_errors=True)
+        return weights
+
+    async def _swap(self, weights: PolicyWeights) -> None:
         if not self.config.async_mode:
-            await self.engine.aload_adapter(str(adapter), self.step + 1)
+            await self._load(weights)
             return
-        # Admission is paused over HTTP: the gateway's event loop lives on its own thread.
+        # Admission is paused over HTTP: the gateway's event loop lives on its own thread. Draining
+        # first means every recorded call names the version that really produced it.
         headers = {"Authorization": f"Bearer {self.trainer.auth.admin_token}"}
         async with httpx.AsyncClient(base_url=self.url, headers=headers, timeout=900) as admin:
             (await admin.post("/admin/pause", json={"drain": True})).raise_for_status()
             try:
-                await self.engine.aload_adapter(str(adapter), self.step + 1)
+                await self._load(weights)
             finally:
                 (await admin.post("/admin/resume")).raise_for_status()
+
+    async def _load(self, weights: PolicyWeights) -> None:
+        await self.server.pause()
+        try:
+            await self.server.load(weights)
+        finally:
+            await self.server.resume()
 
     async def _train_sync(self) -> None:
         while self.step < self.config.steps:
@@ -367,13 +417,13 @@ class _Session:
                     t
                     for t in transitions
                     if t.policy_version is None
-                    or self.engine.policy_version - t.policy_version <= self.config.max_staleness
+                    or self.server.policy_version - t.policy_version <= self.config.max_staleness
                 ]
                 stats = _merge_stats([s for _, s in done])
                 stats["stale_dropped"] = len(transitions) - len(fresh)
                 stats["staleness_mean"] = (
                     statistics.fmean(
-                        self.engine.policy_version - (t.policy_version or 0) for t in transitions
+                        self.server.policy_version - (t.policy_version or 0) for t in transitions
                     )
                     if transitions
                     else 0.0
@@ -396,7 +446,8 @@ class _Session:
                 task=task,
                 mode="val",
                 group_id=f"{task.id}@val{self.step}",
-                metadata={SAMPLING_OVERRIDES: overrides, "step": self.step},
+                metadata={Meta.SAMPLING_OVERRIDES: overrides, Meta.STEP: self.step},
+                key=self._key(f"val{self.step}", task, 0),
             )
             for task in self.val_tasks
         ]
@@ -411,7 +462,7 @@ class _Session:
                 "val_score": score,
                 "val_rollouts": len(rewards),
                 "val_seconds": time.monotonic() - started,
-                "policy_version": self.engine.policy_version,
+                "policy_version": self.server.policy_version,
             }
         )
         return score
@@ -427,19 +478,26 @@ class _Session:
             "config": _jsonable(asdict(self.config)),
             "history": self.trainer.history,
         }
-        self.policy.save_checkpoint(self.trainer.run_dir / "checkpoint", extra)
+        self.learner.save_checkpoint(self.trainer.run_dir / "checkpoint", extra)
 
-    def _restore(self) -> None:
+    async def _restore(self) -> None:
         folder = self.trainer.run_dir / "checkpoint"
         if not folder.exists():
             console.print(f"[yellow]no checkpoint in {folder}; starting from step 0[/]")
+            self.trainer.log.rewrite([])
             return
-        extra = self.policy.load_checkpoint(folder)
+        extra = await self._on_update_thread(self.learner.load_checkpoint, folder)
         self.step = int(extra["step"])
         self.cursor.position = int(extra["position"])
         self.trainer.history = list(extra.get("history") or [])
-        self.engine.load_adapter(str(self.policy.save_adapter(self.trainer.run_dir / "adapter")), self.step)
+        self.trainer.log.rewrite(self.trainer.history)
+        if self.step:
+            await self._load(await self._on_update_thread(self._save_weights, self.step))
         console.print(f"resumed from step {self.step}")
+
+
+def _version_of(folder: Path) -> int:
+    return int(folder.name[1:]) if folder.name[1:].isdigit() else -1
 
 
 def release_free_memory() -> None:

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
+
+if TYPE_CHECKING:
+    from torch.utils.tensorboard import SummaryWriter
 
 
 class MetricsLog:
@@ -25,6 +28,10 @@ class MetricsLog:
                     self._tensorboard.add_scalar(key.replace(".", "/"), value, record["step"])
             self._tensorboard.flush()
 
+    def rewrite(self, records: list[dict[str, Any]]) -> None:
+        """Make the log exactly these records (a resumed run drops what came after its checkpoint)."""
+        self.path.write_bytes(b"".join(orjson.dumps(record) + b"\n" for record in records))
+
     def close(self) -> None:
         if self._tensorboard is not None:
             self._tensorboard.close()
@@ -38,7 +45,7 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
     return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
 
 
-def _tensorboard_writer(folder: Path):  # noqa: ANN202
+def _tensorboard_writer(folder: Path) -> SummaryWriter | None:
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:  # TensorBoard is optional; the JSONL log is always written

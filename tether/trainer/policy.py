@@ -48,82 +48,21 @@ from tether.engines.openmp import prefer_passive_waiting
 
 prefer_passive_waiting()
 
-import torch  # noqa: E402
+import torch
 
 from tether.adapters.transitions import Transition
 from tether.algorithms.advantages import AdvantageBatch, Sample
 from tether.engines.catalog import resolve_model
+from tether.policy_server.base import PolicyWeights
+from tether.trainer.config import TrainConfig
+from tether.trainer.learner import TrainingDiverged
 
 log = logging.getLogger(__name__)
 
-LLAMA_TARGET_MODULES: tuple[str, ...] = (
-    "q_proj",
-    "k_proj",
-    "v_proj",
-    "o_proj",
-    "gate_proj",
-    "up_proj",
-    "down_proj",
-)
-DEFAULT_LORA_LR = 1e-4
-DEFAULT_FULL_LR = 1e-5
 CHECKPOINT_STATE = "state.pt"
 CHECKPOINT_EXTRA = "extra.json"
 CHECKPOINT_POLICY = "policy"
 
-
-@dataclass
-class TrainConfig:
-    """Everything the policy update needs. `lr=None` picks 1e-4 with LoRA and 1e-5 for full fine-tuning."""
-
-    model: str  # catalogue name (see tether.engines.catalog) or local HF folder
-    lora: bool = True
-    lora_r: int = 16
-    lora_alpha: int = 32
-    lora_dropout: float = 0.0
-    target_modules: tuple[str, ...] = LLAMA_TARGET_MODULES
-    lr: float | None = None
-    weight_decay: float = 0.0
-    betas: tuple[float, float] = (0.9, 0.999)
-    adam_eps: float = 1e-8
-    warmup_steps: int = 0  # linear warmup, then constant
-    grad_clip: float = 1.0  # max global grad norm; 0 disables clipping (the norm is still reported)
-    clip_low: float = 0.2
-    clip_high: float = 0.28
-    tis_cap: float | None = 2.0  # None disables the truncation
-    kl_coef: float = 0.0
-    micro_batch_tokens: int = 2048  # padded tokens (rows x width) per forward/backward
-    max_seq_len: int = 4096  # prompt + response; also limited by the model's context
-    # bf16 autocast of the transformer body (weights, lm_head and loss stay fp32). None: only where bf16
-    # is native (CUDA, CPUs with AVX512-BF16 or AMX); elsewhere it is emulated and 5-20x slower than fp32.
-    bf16: bool | None = None
-    seed: int = 0
-    device: str | None = None  # default: cuda if available, else cpu
-    cache_dir: str | None = None  # model cache for catalogue names (default: tether's)
-
-    def __post_init__(self) -> None:
-        self.target_modules = tuple(self.target_modules)
-        self.betas = (float(self.betas[0]), float(self.betas[1]))
-        if not 0 <= self.clip_low < 1 or self.clip_high < 0:
-            raise ValueError(
-                f"need 0 <= clip_low < 1 and clip_high >= 0, got {self.clip_low}, {self.clip_high}"
-            )
-        if self.tis_cap is not None and self.tis_cap <= 0:
-            raise ValueError(f"tis_cap must be positive or None, got {self.tis_cap}")
-        if self.micro_batch_tokens < 1 or self.max_seq_len < 2:
-            raise ValueError("micro_batch_tokens must be >= 1 and max_seq_len >= 2")
-        if self.kl_coef < 0 or self.grad_clip < 0:
-            raise ValueError("kl_coef and grad_clip must be >= 0")
-
-    @property
-    def learning_rate(self) -> float:
-        if self.lr is not None:
-            return self.lr
-        return DEFAULT_LORA_LR if self.lora else DEFAULT_FULL_LR
-
-
-class TrainingDiverged(RuntimeError):
-    """A non-finite loss or gradient; the update was not applied and the gradients were cleared."""
 
 
 @dataclass
@@ -311,7 +250,9 @@ class PolicyTrainer:
         torch.manual_seed(config.seed)
         cache = Path(config.cache_dir) if config.cache_dir else None
         self.model_path = resolve_model(config.model, cache)
-        base = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=torch.float32).to(self.device)
+        base = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=torch.float32)
+        # transformers wraps `to` with functools.wraps, whose stub type does not bind `self`.
+        base = base.to(self.device)  # type: ignore[arg-type]
         self.max_seq_len = min(
             config.max_seq_len, int(getattr(base.config, "max_position_embeddings", 0) or 2**31)
         )
@@ -415,7 +356,7 @@ class PolicyTrainer:
                 raise
 
         grad_norm = self._clip_gradients()
-        lr = self.scheduler.get_last_lr()[0]
+        lr = float(self.scheduler.get_last_lr()[0])
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -540,6 +481,11 @@ class PolicyTrainer:
 
                 AutoTokenizer.from_pretrained(self.model_path).save_pretrained(tmp)
         return target
+
+    def save_weights(self, directory: Path, version: int) -> PolicyWeights:
+        """The servable policy of `version` in its own folder (the `Learner` seam)."""
+        path = self.save_adapter(directory)
+        return PolicyWeights(path=path, kind="lora" if self.config.lora else "full", version=version)
 
     def save_checkpoint(self, directory: str | os.PathLike[str], extra: dict[str, Any] | None = None) -> Path:
         """Everything needed to resume: trainable weights, optimizer, scheduler, step, RNG and `extra`.

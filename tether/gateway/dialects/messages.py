@@ -307,7 +307,7 @@ class _MessageStream:
         self.open_text: int | None = None
 
     def start(self) -> list[bytes]:
-        message = {
+        message: dict[str, Any] = {
             "id": new_id("msg_"),
             "type": "message",
             "role": "assistant",
@@ -320,7 +320,7 @@ class _MessageStream:
         return [_event("message_start", message=message)]
 
     def text(self, delta: str) -> list[bytes]:
-        events = []
+        events: list[bytes] = []
         if self.open_text is None:
             self.open_text = self._open(None, {"type": "text", "text": ""}, events)
         delta_event = {"type": "text_delta", "text": delta}

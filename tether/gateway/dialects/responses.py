@@ -344,7 +344,7 @@ class _ResponseStream:
         ]
 
     def text(self, delta: str) -> list[bytes]:
-        events = []
+        events: list[bytes] = []
         current = self.items[-1] if self.items else None
         if current is None or current.call is not None:
             current = self._open_message(events)

@@ -1,0 +1,110 @@
+"""The span a model call becomes: what was asked, what came back with its token ids and logprobs, and
+the policy version that produced it (see `tether.contracts.CallAttr` for the attributes)."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from tether.contracts import CALL_SPAN_NAMES, CHOICE_TOOL_PARSE_ERROR, AgentSource, CallAttr
+from tether.gateway.context import CallContext
+from tether.gateway.errors import GatewayError
+from tether.gateway.upstreams import CallKind, CallRecord, ChoiceRecord
+from tether.store.models import Span
+
+# Every field of a span, given to `model_construct` so that pydantic evaluates no default factory.
+_SPAN_FIELDS = frozenset(
+    {
+        "rollout_id",
+        "attempt",
+        "name",
+        "kind",
+        "start_time",
+        "end_time",
+        "status",
+        "status_message",
+        "attributes",
+    }
+)
+
+
+def call_span(
+    ctx: CallContext,
+    kind: CallKind,
+    body: dict[str, Any],
+    upstream: str,
+    started: float,
+    outcome: CallRecord | GatewayError,
+    policy_version: int | None = None,
+) -> Span:
+    """The span of a call that ended with `outcome`; `policy_version` is recorded for a failed call."""
+    ended = time.time()
+    model = body.get("model")
+    attributes: dict[str, Any] = {
+        CallAttr.CALL: kind,
+        CallAttr.MODEL: model,
+        CallAttr.AGENT: ctx.agent or model,
+        CallAttr.AGENT_SOURCE: AgentSource.HEADER if ctx.agent else AgentSource.MODEL,
+        CallAttr.UPSTREAM: upstream,
+        CallAttr.STREAM: bool(body.get("stream")),
+        CallAttr.LATENCY_MS: round((ended - started) * 1000, 3),
+        CallAttr.REQUEST: body,
+    }
+    if ctx.api is not None:
+        attributes[CallAttr.API] = ctx.api
+        attributes[CallAttr.REQUEST] = ctx.api_request
+        attributes[CallAttr.CHAT_REQUEST] = body
+    if ctx.overrides:
+        attributes[CallAttr.OVERRIDES] = ctx.overrides
+    error = outcome if isinstance(outcome, GatewayError) else None
+    if isinstance(outcome, CallRecord):
+        attributes[CallAttr.POLICY_VERSION] = outcome.policy_version
+        attributes[CallAttr.PROMPT_TOKEN_IDS] = outcome.prompt_token_ids
+        attributes[CallAttr.CHOICES] = [_choice(choice) for choice in outcome.choices]
+        attributes[CallAttr.USAGE] = outcome.usage
+        attributes[CallAttr.RESPONSE] = _without_token_details(outcome.response)
+    else:
+        attributes[CallAttr.ERROR] = outcome.body()["error"]
+        attributes[CallAttr.POLICY_VERSION] = policy_version
+    # Built without validation: every field comes from the gateway itself, on the hot path.
+    return Span.model_construct(
+        set(_SPAN_FIELDS),
+        rollout_id=ctx.rollout_id,
+        attempt=ctx.attempt,
+        trace_id=ctx.trace_id or os.urandom(16).hex(),
+        span_id=os.urandom(8).hex(),
+        parent_id=ctx.parent_span_id,
+        name=CALL_SPAN_NAMES[kind],
+        kind="client",
+        start_time=started,
+        end_time=ended,
+        status="error" if error else "ok",
+        status_message=error.message if error else None,
+        attributes=attributes,
+        events=[],
+        seq=None,
+    )
+
+
+def _choice(choice: ChoiceRecord) -> dict[str, Any]:
+    item: dict[str, Any] = {
+        "index": choice.index,
+        "text": choice.text,
+        "finish_reason": choice.finish_reason,
+        "token_ids": choice.token_ids,
+        "logprobs": choice.logprobs,
+    }
+    if choice.tool_parse_error:
+        item[CHOICE_TOOL_PARSE_ERROR] = choice.tool_parse_error
+    return item
+
+
+def _without_token_details(response: dict[str, Any]) -> dict[str, Any]:
+    """The response as recorded: token ids and logprobs live once, in the span's `choices`."""
+    slim = {key: value for key, value in response.items() if key != "prompt_token_ids"}
+    slim["choices"] = [
+        {key: value for key, value in choice.items() if key not in ("logprobs", "token_ids")}
+        for choice in response.get("choices") or []
+    ]
+    return slim

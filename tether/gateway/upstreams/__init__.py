@@ -1,0 +1,24 @@
+"""Upstreams: where a model call goes. The built-in engine (in process) or any OpenAI-compatible server.
+
+Every upstream returns, besides the OpenAI response for the agent, a `CallRecord` with the exact token
+ids and logprobs it produced. When an upstream cannot give token ids (a hosted API), they are recorded
+as absent: the gateway never re-tokenizes text to invent them.
+"""
+
+from tether.gateway.upstreams.base import CallKind, CallRecord, ChoiceRecord, Upstream
+from tether.gateway.upstreams.engine import EngineUpstream, sampling_params
+from tether.gateway.upstreams.http import HTTPUpstream, HTTPUpstreamConfig, Target
+from tether.gateway.upstreams.sse import sse
+
+__all__ = [
+    "CallKind",
+    "CallRecord",
+    "ChoiceRecord",
+    "EngineUpstream",
+    "HTTPUpstream",
+    "HTTPUpstreamConfig",
+    "Target",
+    "Upstream",
+    "sampling_params",
+    "sse",
+]

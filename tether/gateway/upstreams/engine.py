@@ -1,0 +1,364 @@
+"""The built-in engine as an upstream, called in process: no HTTP hop, exact ids and policy logprobs."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from tether.engines.base import Engine, Generation, GenerationDone, SamplingParams
+from tether.engines.tools import (
+    ParsedOutput,
+    ToolCallStream,
+    ToolPlan,
+    ToolRequestError,
+    parse_tool_calls,
+    plan_tools,
+)
+from tether.gateway.errors import GatewayError
+from tether.gateway.upstreams.base import (
+    CallKind,
+    CallRecord,
+    ChoiceRecord,
+    stream_options,
+    wants_logprobs,
+)
+from tether.gateway.upstreams.sse import sse
+
+DEFAULT_MAX_TOKENS = 512
+
+
+def _stop_list(stop: Any) -> list[str]:
+    if stop is None:
+        return []
+    if isinstance(stop, str):
+        return [stop]
+    if isinstance(stop, list) and all(isinstance(item, str) for item in stop):
+        return stop
+    raise GatewayError(400, "'stop' must be a string or a list of strings", param="stop")
+
+
+def _number(body: dict[str, Any], key: str, default: float, low: float, high: float) -> float:
+    value = body.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
+        raise GatewayError(400, f"'{key}' must be a number between {low} and {high}", param=key)
+    return float(value)
+
+
+def sampling_params(body: dict[str, Any], prompt_len: int, context: int) -> SamplingParams:
+    room = context - prompt_len
+    if room <= 0:
+        raise GatewayError(
+            400,
+            f"the prompt has {prompt_len} tokens; the model's context is {context} tokens",
+            code="context_length_exceeded",
+            param="messages",
+        )
+    requested = body.get("max_completion_tokens", body.get("max_tokens"))
+    if requested is not None and (
+        isinstance(requested, bool) or not isinstance(requested, int) or requested < 1
+    ):
+        raise GatewayError(400, "'max_tokens' must be a positive integer", param="max_tokens")
+    max_tokens = min(requested or DEFAULT_MAX_TOKENS, room)
+    seed = body.get("seed")
+    if seed is not None and (
+        isinstance(seed, bool) or not isinstance(seed, int) or not -(2**63) <= seed < 2**63
+    ):
+        # Out of 64 bits the engine cannot seed its generator, and would fail the whole batch.
+        raise GatewayError(400, "'seed' must be a 64-bit integer", param="seed")
+    return SamplingParams(
+        max_tokens=max_tokens,
+        temperature=_number(body, "temperature", 1.0, 0.0, 2.0),
+        top_p=_number(body, "top_p", 1.0, 0.0, 1.0),
+        stop=_stop_list(body.get("stop")),
+        seed=seed,
+    )
+
+
+def _choice_count(body: dict[str, Any]) -> int:
+    n = body.get("n", 1) or 1
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 16:
+        raise GatewayError(400, "'n' must be an integer between 1 and 16", param="n")
+    return n
+
+
+class EngineUpstream:
+    """The built-in engine, called in process: no HTTP hop, exact ids and policy logprobs."""
+
+    def __init__(self, engine: Engine, name: str = "policy", max_context: int | None = None) -> None:
+        self.engine = engine
+        self.name = name
+        self.max_context = max_context or engine.max_context
+
+    @property
+    def policy_version(self) -> int:
+        return self.engine.policy_version
+
+    def _prompt_ids(self, kind: CallKind, body: dict[str, Any], plan: ToolPlan) -> list[int]:
+        if kind == "chat":
+            messages = body.get("messages")
+            if (
+                not isinstance(messages, list)
+                or not messages
+                or not all(isinstance(m, dict) for m in messages)
+            ):
+                raise GatewayError(
+                    400, "'messages' must be a non-empty list of message objects", param="messages"
+                )
+            try:
+                return self.engine.chat_prompt_ids(messages, plan.tools or None, plan.tool_choice)
+            except Exception as exc:  # the chat template (jinja) may raise anything on odd messages
+                raise GatewayError(400, f"cannot render the messages: {exc}", param="messages") from exc
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
+            prompt = prompt[0]
+        if isinstance(prompt, str):
+            return self.engine.encode(prompt)
+        if (
+            isinstance(prompt, list)
+            and prompt
+            and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt)
+        ):
+            return list(prompt)
+        raise GatewayError(
+            400, "'prompt' must be a string or a list of token ids (one prompt per request)", param="prompt"
+        )
+
+    def _prepare(
+        self, kind: CallKind, body: dict[str, Any]
+    ) -> tuple[list[int], list[SamplingParams], ToolPlan]:
+        stream_options(body)  # checked before generating, not when the stream ends
+        plan = _tool_plan(kind, body)
+        prompt_ids = self._prompt_ids(kind, body, plan)
+        params = sampling_params(body, len(prompt_ids), self.max_context)
+        n = _choice_count(body)
+        per_choice = []
+        for index in range(n):
+            seed = None if params.seed is None else params.seed + index
+            per_choice.append(
+                SamplingParams(params.max_tokens, params.temperature, params.top_p, params.stop, seed)
+            )
+        return prompt_ids, per_choice, plan
+
+    async def call(self, kind: CallKind, body: dict[str, Any]) -> CallRecord:
+        prompt_ids, per_choice, plan = self._prepare(kind, body)
+        try:
+            results = await asyncio.gather(*(self.engine.generate(prompt_ids, p) for p in per_choice))
+        except ValueError as exc:
+            raise GatewayError(400, str(exc)) from exc
+        choices = [
+            ChoiceRecord(i, gen.text, gen.finish_reason, list(gen.token_ids), list(gen.logprobs))
+            for i, (gen, _) in enumerate(results)
+        ]
+        parsed = [_parse_choice(choice, plan) for choice in choices]
+        version = min(version for _, version in results)
+        response = self._response(kind, body, prompt_ids, choices, parsed)
+        return CallRecord(response, choices, prompt_ids, response["usage"], version)
+
+    def _usage(self, prompt_ids: list[int], choices: list[ChoiceRecord]) -> dict[str, int]:
+        completion = sum(len(c.token_ids or []) for c in choices)
+        return {
+            "prompt_tokens": len(prompt_ids),
+            "completion_tokens": completion,
+            "total_tokens": len(prompt_ids) + completion,
+        }
+
+    def _token_logprobs(self, kind: CallKind, choice: ChoiceRecord) -> dict[str, Any]:
+        ids, values = choice.token_ids or [], choice.logprobs or []
+        tokens = [self.engine.decode([token_id]) for token_id in ids]
+        if kind == "chat":
+            return {
+                "content": [
+                    {"token": tok, "logprob": lp, "bytes": list(tok.encode()), "top_logprobs": []}
+                    for tok, lp in zip(tokens, values, strict=True)
+                ]
+            }
+        offsets, position = [], 0
+        for tok in tokens:
+            offsets.append(position)
+            position += len(tok)
+        return {"tokens": tokens, "token_logprobs": values, "top_logprobs": None, "text_offset": offsets}
+
+    def _response(
+        self,
+        kind: CallKind,
+        body: dict[str, Any],
+        prompt_ids: list[int],
+        choices: list[ChoiceRecord],
+        parsed: list[ParsedOutput | None],
+    ) -> dict[str, Any]:
+        with_logprobs = wants_logprobs(kind, body)
+        wants_ids = bool(body.get("return_token_ids"))
+        out_choices = []
+        for choice, output in zip(choices, parsed, strict=True):
+            if kind == "chat":
+                item: dict[str, Any] = {
+                    "index": choice.index,
+                    "message": _message(choice, output),
+                    "finish_reason": _finish_reason(choice, output),
+                    "logprobs": self._token_logprobs(kind, choice) if with_logprobs else None,
+                }
+            else:
+                item = {
+                    "index": choice.index,
+                    "text": choice.text,
+                    "finish_reason": choice.finish_reason,
+                    "logprobs": self._token_logprobs(kind, choice) if with_logprobs else None,
+                }
+            if wants_ids:
+                item["token_ids"] = choice.token_ids
+            out_choices.append(item)
+        response: dict[str, Any] = {
+            "id": ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex[:24],
+            "object": "chat.completion" if kind == "chat" else "text_completion",
+            "created": int(time.time()),
+            "model": body.get("model") or self.name,
+            "choices": out_choices,
+            "usage": self._usage(prompt_ids, choices),
+        }
+        if wants_ids:
+            response["prompt_token_ids"] = prompt_ids
+        return response
+
+    async def stream(self, kind: CallKind, body: dict[str, Any]) -> AsyncIterator[bytes | CallRecord]:
+        prompt_ids, per_choice, plan = self._prepare(kind, body)
+        if len(per_choice) > 1:
+            raise GatewayError(400, "streaming with n > 1 is not supported by the built-in engine", param="n")
+        params = per_choice[0]
+        chunk_id = ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex[:24]
+        created = int(time.time())
+        model = body.get("model") or self.name
+        with_logprobs = wants_logprobs(kind, body)
+        wants_ids = bool(body.get("return_token_ids"))
+
+        def chunk(delta_text: str | None, finish: str | None, token: tuple[int, float] | None) -> bytes:
+            choice: dict[str, Any] = {"index": 0, "finish_reason": finish, "logprobs": None}
+            if kind == "chat":
+                choice["delta"] = {} if delta_text is None else {"content": delta_text}
+            else:
+                choice["text"] = delta_text or ""
+            if token is not None and with_logprobs:
+                single = ChoiceRecord(0, "", None, [token[0]], [token[1]])
+                choice["logprobs"] = self._token_logprobs(kind, single)
+            if token is not None and wants_ids:
+                choice["token_ids"] = [token[0]]
+            return sse(envelope([choice]))
+
+        def envelope(choices: list[dict[str, Any]]) -> dict[str, Any]:
+            return {
+                "id": chunk_id,
+                "object": "chat.completion.chunk" if kind == "chat" else "text_completion",
+                "created": created,
+                "model": model,
+                "choices": choices,
+            }
+
+        if kind == "chat":
+            first: dict[str, Any] = {
+                "id": chunk_id,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": model,
+                "choices": [
+                    {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
+                ],
+            }
+            if wants_ids:
+                first["prompt_token_ids"] = prompt_ids
+            yield sse(first)
+        generation: Generation | None = None
+        version = self.engine.policy_version
+        calls = ToolCallStream() if plan.active else None
+        try:
+            async for item in self.engine.stream(prompt_ids, params):
+                if isinstance(item, GenerationDone):
+                    generation, version = item.generation, item.policy_version
+                elif calls is None:
+                    yield chunk(item.text, None, (item.token_id, item.logprob))
+                else:
+                    # Tokens inside a buffered tool call get no chunk; they are in the record.
+                    text = calls.feed(item.text)
+                    if text or not calls.buffering:
+                        yield chunk(text, None, (item.token_id, item.logprob))
+        except ValueError as exc:
+            raise GatewayError(400, str(exc)) from exc
+        assert generation is not None
+        record = ChoiceRecord(
+            0,
+            generation.text,
+            generation.finish_reason,
+            list(generation.token_ids),
+            list(generation.logprobs),
+        )
+        output = _parse_choice(record, plan)
+        if calls is not None and output is not None:
+            for payload in _closing_deltas(calls, output):
+                yield sse(envelope([{"index": 0, "delta": payload, "finish_reason": None, "logprobs": None}]))
+        yield chunk(None, _finish_reason(record, output), None)
+        usage = self._usage(prompt_ids, [record])
+        if stream_options(body).get("include_usage"):
+            yield sse(
+                {
+                    "id": chunk_id,
+                    "object": "chat.completion.chunk" if kind == "chat" else "text_completion",
+                    "created": created,
+                    "model": model,
+                    "choices": [],
+                    "usage": usage,
+                }
+            )
+        response = self._response(kind, body, prompt_ids, [record], [output])
+        yield CallRecord(response, [record], prompt_ids, usage, version)
+
+    async def aclose(self) -> None:
+        await asyncio.to_thread(self.engine.close)  # it joins the engine's worker thread
+
+
+def _tool_plan(kind: CallKind, body: dict[str, Any]) -> ToolPlan:
+    if kind != "chat":
+        return ToolPlan()
+    try:
+        return plan_tools(body.get("tools"), body.get("tool_choice"))
+    except ToolRequestError as exc:
+        raise GatewayError(400, str(exc), param=exc.param) from exc
+
+
+def _parse_choice(choice: ChoiceRecord, plan: ToolPlan) -> ParsedOutput | None:
+    """Tool calls in a choice's text, when the request offered tools; sets the record's parse error."""
+    if not plan.active:
+        return None
+    output = parse_tool_calls(choice.text, plan.names)
+    choice.tool_parse_error = output.error
+    return output
+
+
+def _message(choice: ChoiceRecord, output: ParsedOutput | None) -> dict[str, Any]:
+    if output is None or not output.tool_calls:
+        return {"role": "assistant", "content": choice.text}
+    return {
+        "role": "assistant",
+        "content": output.content,
+        "tool_calls": [call.openai() for call in output.tool_calls],
+    }
+
+
+def _finish_reason(choice: ChoiceRecord, output: ParsedOutput | None) -> str | None:
+    # A generation cut by max_tokens stays "length", even if the calls before the cut parsed.
+    if output is not None and output.tool_calls and choice.finish_reason == "stop":
+        return "tool_calls"
+    return choice.finish_reason
+
+
+def _closing_deltas(calls: ToolCallStream, output: ParsedOutput) -> list[dict[str, Any]]:
+    """The deltas that end a chat stream with tools: the rest of the content, then one per call."""
+    deltas: list[dict[str, Any]] = []
+    rest = calls.finish(output)
+    if rest:
+        deltas.append({"content": rest})
+    for index, call in enumerate(output.tool_calls):
+        deltas.append({"tool_calls": [{"index": index, **call.openai()}]})
+    return deltas

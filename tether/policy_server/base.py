@@ -1,0 +1,48 @@
+"""What the trainer needs from whatever serves the policy: its version, the upstream the gateway routes
+the policy's calls to, and a way to load new weights (with pause and resume around the load)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, Protocol
+
+from tether.gateway.upstreams import Upstream
+
+WeightsKind = Literal["lora", "full"]
+
+
+@dataclass(frozen=True)
+class PolicyWeights:
+    """One saved policy version: a PEFT LoRA adapter folder, or a whole model folder.
+
+    Every version has its own folder, so a server in another process can load version N while it still
+    serves N-1 from the folder next to it.
+    """
+
+    path: Path
+    kind: WeightsKind
+    version: int
+
+
+class PolicyServer(Protocol):
+    @property
+    def policy_version(self) -> int:
+        """The version it serves now (0: the base model)."""
+        ...
+
+    def upstream(self) -> Upstream:
+        """The gateway upstream that serves the policy's calls, recording this server's versions."""
+        ...
+
+    async def load(self, weights: PolicyWeights) -> int:
+        """Serve these weights from now on; returns the new policy version."""
+        ...
+
+    async def pause(self) -> None:
+        """Stop starting new generations (in-flight ones finish); calls wait, they are not refused."""
+        ...
+
+    async def resume(self) -> None: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,135 @@
+"""The driver: enqueues a run's rollouts and learns their outcomes from the store.
+
+Outcomes are read from the store (status, rewards by `tether.store.reward_rule`, call spans), never from
+the workers' memory, so a rollout finished by any worker anywhere counts: a pool in this process, another
+process sharing the store file, or a worker on another host talking to the store over HTTP. Waiting uses
+the store's change notification (a condition variable in process, a long-poll over HTTP).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tether.contracts import CallAttr, is_call_span
+from tether.store.base import Store
+from tether.store.models import Rollout, RolloutRequest, RolloutStatus, Span
+from tether.store.reward_rule import final_reward
+
+# How often a wait returns to report progress (and to check that the workers are alive) while rollouts
+# are still running. Finishing the last rollout wakes it at once.
+PROGRESS_S = 1.0
+
+
+@dataclass
+class RolloutOutcome:
+    rollout_id: str
+    status: RolloutStatus
+    attempts: int
+    reward: float | None
+    calls: int
+    completion_tokens: int
+    error: str | None = None
+    task_id: str = ""
+    sample: int = 0
+
+
+@dataclass
+class RunnerStats:
+    running: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    rewards: list[float] = field(default_factory=list)
+
+    @property
+    def mean_reward(self) -> float | None:
+        return statistics.fmean(self.rewards) if self.rewards else None
+
+
+def call_stats(spans: Sequence[Span]) -> tuple[int, int]:
+    calls = [s for s in spans if is_call_span(s.name)]
+    tokens = sum(int((s.attributes.get(CallAttr.USAGE) or {}).get("completion_tokens") or 0) for s in calls)
+    return len(calls), tokens
+
+
+def read_outcome(store: Store, rollout: Rollout) -> RolloutOutcome:
+    """A finished rollout's outcome, as the store has it."""
+    attempt = rollout.attempt_count
+    reward = final_reward(store.query_rewards(rollout.id), attempt or None)
+    spans = store.query_spans(rollout_id=rollout.id, attempt=attempt, limit=1_000_000) if attempt else []
+    calls, tokens = call_stats(spans)
+    return RolloutOutcome(
+        rollout.id,
+        rollout.status,
+        attempt,
+        reward,
+        calls,
+        tokens,
+        rollout.error,
+        rollout.task_id,
+        rollout.sample,
+    )
+
+
+class Driver:
+    def __init__(self, store: Store, run: str | None = None, on_change: Callable[[], None] | None = None):
+        self.store = store
+        self.run = run
+        self.on_change = on_change
+        self.stats = RunnerStats()
+        self._counted: set[str] = set()
+
+    async def submit(self, requests: Sequence[RolloutRequest]) -> list[Rollout]:
+        """Enqueue the requests under this driver's run. Keyed requests that the run already has are
+        not queued again: the store gives back the existing rollouts."""
+        owned = [r if r.run == self.run else r.model_copy(update={"run": self.run}) for r in requests]
+        return await asyncio.to_thread(self.store.enqueue, owned)
+
+    async def wait(
+        self, rollout_ids: Sequence[str], failure: Callable[[], str | None] | None = None
+    ) -> list[RolloutOutcome]:
+        """Wait until every rollout is finished; their outcomes in the given order. `failure` says why
+        waiting is hopeless (e.g. every local worker died): it raises RuntimeError with that reason."""
+        ids = list(rollout_ids)
+        outcomes: dict[str, RolloutOutcome] = {}
+        while len(outcomes) < len(set(ids)):
+            pending = [i for i in dict.fromkeys(ids) if i not in outcomes]
+            finished = await asyncio.to_thread(self.store.wait_for, pending, PROGRESS_S)
+            for rollout in finished:
+                outcomes[rollout.id] = await asyncio.to_thread(read_outcome, self.store, rollout)
+                self._count(outcomes[rollout.id])
+            if finished and self.on_change is not None:
+                self.on_change()
+            reason = failure() if failure is not None and len(outcomes) < len(set(ids)) else None
+            if reason is not None:
+                raise RuntimeError(reason)
+        return [outcomes[i] for i in ids]
+
+    def _count(self, outcome: RolloutOutcome) -> None:
+        if outcome.rollout_id in self._counted:
+            return
+        self._counted.add(outcome.rollout_id)
+        if outcome.status == RolloutStatus.succeeded:
+            self.stats.succeeded += 1
+        else:
+            self.stats.failed += 1
+        if outcome.reward is not None:
+            self.stats.rewards.append(outcome.reward)
+
+
+def summarize(outcomes: Sequence[RolloutOutcome]) -> dict[str, Any]:
+    total = len(outcomes)
+    rewards = [o.reward for o in outcomes if o.reward is not None]
+    succeeded = sum(o.status == RolloutStatus.succeeded for o in outcomes)
+    return {
+        "rollouts": total,
+        "succeeded": succeeded,
+        "failed": total - succeeded,
+        "success_rate": succeeded / total if total else 0.0,
+        "mean_reward": statistics.fmean(rewards) if rewards else None,
+        "calls_per_rollout": statistics.fmean(o.calls for o in outcomes) if total else 0.0,
+        "completion_tokens": sum(o.completion_tokens for o in outcomes),
+    }

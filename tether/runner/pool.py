@@ -1,0 +1,209 @@
+"""The worker pool: N workers that claim rollouts from the store, run the agent, score it and close it.
+
+A pool works for one run: its workers claim only that run's rollouts, so two runs sharing a store never
+take each other's work. Rewards are written before the rollout is closed, so whoever waits on the
+rollout sees its rewards. The pool knows nothing of who enqueued the work or who waits for it: that is
+the driver's part (`tether.runner.driver`), and it may live in another process or on another host.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import orjson
+
+from tether.auth import TokenAuthority
+from tether.runner.agents import LLM, Agent, AgentResult
+from tether.runner.rewards import AIRRules, Evaluator, RewardError, air_rewards, evaluate
+from tether.store.base import InvalidTransition, NotFound, Store
+from tether.store.models import Claim, Reward, Rollout, RolloutStatus
+
+log = logging.getLogger(__name__)
+IDLE_RECHECK_S = 1.0
+
+
+@dataclass(frozen=True)
+class AgentEndpoints:
+    """Where agents reach the gateway, and the credentials each rollout gets."""
+
+    server_url: str
+    auth: TokenAuthority
+    model: str = "policy"
+
+    def llm(self, rollout_id: str, attempt: int) -> LLM:
+        base = f"{self.server_url.rstrip('/')}/rollouts/{rollout_id}/attempts/{attempt}/v1"
+        return LLM(base_url=base, api_key=self.auth.rollout_token(rollout_id), model=self.model)
+
+    def env(self, rollout: Rollout, attempt: int) -> dict[str, str]:
+        llm = self.llm(rollout.id, attempt)
+        server = self.server_url.rstrip("/")
+        return {
+            "OPENAI_BASE_URL": llm.base_url,
+            "OPENAI_API_BASE": llm.base_url,
+            "OPENAI_API_KEY": llm.api_key,
+            "OPENAI_MODEL": llm.model,
+            "TETHER_TASK": orjson.dumps(rollout.input).decode(),
+            "TETHER_ROLLOUT_ID": rollout.id,
+            "TETHER_ATTEMPT": str(attempt),
+            "TETHER_SERVER": server,
+            "TETHER_URL": f"{server}/rollouts/{rollout.id}",
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"{server}/rollouts/{rollout.id}/v1/traces",
+            "OTEL_EXPORTER_OTLP_TRACES_HEADERS": f"Authorization=Bearer%20{llm.api_key}",
+        }
+
+
+@dataclass
+class RunnerConfig:
+    n_workers: int = 4
+    timeout_s: float = 300.0
+    heartbeat_s: float = 10.0
+    primary_reward: str | None = None
+    air: AIRRules = field(default_factory=AIRRules)
+    worker_prefix: str = "worker"
+
+
+def worker_id(prefix: str, index: int) -> str:
+    """`host/pid/prefix-i`: the recovery sweeper on the same host can tell when the process is gone."""
+    return f"{socket.gethostname()}/{os.getpid()}/{prefix}-{index}"
+
+
+class WorkerPool:
+    def __init__(
+        self,
+        store: Store,
+        agent: Agent,
+        endpoints: AgentEndpoints,
+        evaluator: Evaluator | None = None,
+        config: RunnerConfig | None = None,
+        run: str | None = None,
+        on_change: Callable[[], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.agent = agent
+        self.endpoints = endpoints
+        self.evaluator = evaluator
+        self.config = config or RunnerConfig()
+        self.run = run
+        self.on_change = on_change
+        self.running = 0
+        self._workers: list[asyncio.Task[None]] = []
+        self._work = asyncio.Event()
+
+    def start(self) -> None:
+        if self._workers:
+            return
+        self._work = asyncio.Event()
+        self._workers = [
+            asyncio.create_task(
+                self._worker(worker_id(self.config.worker_prefix, i)), name=f"tether-worker-{i}"
+            )
+            for i in range(self.config.n_workers)
+        ]
+
+    async def stop(self) -> None:
+        for worker in self._workers:
+            worker.cancel()
+        await asyncio.gather(*self._workers, return_exceptions=True)
+        self._workers = []
+
+    def wake(self) -> None:
+        """New work was enqueued: idle workers claim now instead of at their next recheck."""
+        self._work.set()
+
+    def failure(self) -> str | None:
+        """Why the pool can no longer work (every worker stopped), or None while it can."""
+        if not self._workers or not all(worker.done() for worker in self._workers):
+            return None
+        errors = [w.exception() for w in self._workers if not w.cancelled() and w.exception()]
+        return f"all runner workers stopped: {errors[0] if errors else 'cancelled'}"
+
+    # -- one worker -----------------------------------------------------------------------------------
+
+    async def _worker(self, worker: str) -> None:
+        while True:
+            claim = await asyncio.to_thread(self.store.claim, worker, self.run)
+            if claim is None:
+                self._work.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._work.wait(), IDLE_RECHECK_S)
+                continue
+            await self._run_claim(claim)
+
+    async def _run_claim(self, claim: Claim) -> None:
+        rollout, attempt = claim.rollout, claim.attempt.number
+        self._count(+1)
+        heartbeat = asyncio.create_task(self._heartbeat(rollout.id, attempt))
+        result: AgentResult | None = None
+        try:
+            env = self.endpoints.env(rollout, attempt)
+            result = await self.agent.run(
+                rollout.input, env, self.endpoints.llm(rollout.id, attempt), self.config.timeout_s
+            )
+        except asyncio.CancelledError:
+            await asyncio.shield(self._close(rollout, attempt, RolloutStatus.cancelled, None, "interrupted"))
+            raise
+        finally:
+            heartbeat.cancel()
+            self._count(-1)
+        try:
+            await self._finish(rollout, attempt, result)
+        except Exception as exc:  # never let one rollout's bookkeeping kill the worker
+            log.exception("finishing rollout %s failed", rollout.id)
+            await self._close(rollout, attempt, RolloutStatus.failed, None, f"runner error: {exc}")
+
+    def _count(self, delta: int) -> None:
+        self.running += delta
+        if self.on_change is not None:
+            self.on_change()
+
+    async def _heartbeat(self, rollout_id: str, attempt: int) -> None:
+        while True:
+            await asyncio.sleep(self.config.heartbeat_s)
+            with contextlib.suppress(NotFound):
+                await asyncio.to_thread(self.store.heartbeat, rollout_id, attempt)
+
+    async def _finish(self, rollout: Rollout, attempt: int, result: AgentResult) -> None:
+        spans = await asyncio.to_thread(
+            lambda: self.store.query_spans(rollout_id=rollout.id, attempt=attempt, limit=1_000_000)
+        )
+        rewards: list[Reward] = air_rewards(spans, self.config.air, rollout.id, attempt)
+        error = result.error
+        if result.ok and self.evaluator is not None:
+            try:
+                rewards += await asyncio.to_thread(
+                    evaluate,
+                    self.evaluator,
+                    rollout.id,
+                    attempt,
+                    rollout.input,
+                    result.output,
+                    spans,
+                    self.config.primary_reward,
+                )
+            except (RewardError, Exception) as exc:  # the user's evaluator may raise anything
+                error = f"evaluator failed: {type(exc).__name__}: {exc}"
+        if rewards:
+            await asyncio.to_thread(self.store.add_rewards, rewards)
+        if result.timed_out:
+            status = RolloutStatus.timed_out
+        else:
+            status = RolloutStatus.succeeded if error is None else RolloutStatus.failed
+        await self._close(rollout, attempt, status, result.output, error)
+
+    async def _close(
+        self, rollout: Rollout, attempt: int, status: RolloutStatus, output: str | None, error: str | None
+    ) -> Rollout | None:
+        try:
+            return await asyncio.to_thread(
+                lambda: self.store.update_status(
+                    rollout.id, status, output=output, error=error, attempt=attempt
+                )
+            )
+        except (InvalidTransition, NotFound):  # finished by someone else meanwhile (e.g. cancelled)
+            return None

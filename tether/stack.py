@@ -1,0 +1,55 @@
+"""The local stack: the gateway on a background loopback server, in front of a store, with the recovery
+sweeper running. `tether rollout`, `tether train` and `tether optimize-prompt` drive agents through it.
+
+    with local_stack(store, authority, [policy_upstream]) as stack:
+        runner = Runner(store, agent, stack.endpoints, evaluator, config, run=name)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from tether.auth import TokenAuthority
+from tether.compose import create_app
+from tether.gateway import Gateway, GatewayConfig
+from tether.gateway.server import BackgroundServer
+from tether.gateway.upstreams import Upstream
+from tether.runner.pool import AgentEndpoints
+from tether.store.base import Store
+from tether.store.recovery import DEFAULT_HEARTBEAT_TIMEOUT_S, StaleSweeper
+
+
+@dataclass
+class LocalStack:
+    gateway: Gateway
+    url: str
+    endpoints: AgentEndpoints
+    sweeper: StaleSweeper
+
+
+@contextmanager
+def local_stack(
+    store: Store,
+    authority: TokenAuthority,
+    upstreams: Sequence[Upstream],
+    *,
+    routes: dict[str, str] | None = None,
+    hold_limit_s: float = 300.0,
+    heartbeat_timeout_s: float = DEFAULT_HEARTBEAT_TIMEOUT_S,
+) -> Iterator[LocalStack]:
+    config = GatewayConfig(hold_limit_s=hold_limit_s)
+    if routes is not None:
+        config.routes = dict(routes)
+    gateway = Gateway(store, authority, config)
+    for upstream in upstreams:
+        gateway.add_upstream(upstream)
+    sweeper = StaleSweeper(store, heartbeat_timeout_s)
+    sweeper.start()  # sweeps first: what a killed earlier run left running is requeued before any claim
+    try:
+        with BackgroundServer(create_app(gateway)) as url:
+            gateway.config.public_url = url
+            yield LocalStack(gateway, url, AgentEndpoints(url, authority), sweeper)
+    finally:
+        sweeper.stop()

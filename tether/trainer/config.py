@@ -1,0 +1,68 @@
+"""The policy update's settings, kept apart from the torch code so that the loop and the CLI can build them
+without loading torch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+LLAMA_TARGET_MODULES: tuple[str, ...] = (
+    "q_proj",
+    "k_proj",
+    "v_proj",
+    "o_proj",
+    "gate_proj",
+    "up_proj",
+    "down_proj",
+)
+DEFAULT_LORA_LR = 1e-4
+DEFAULT_FULL_LR = 1e-5
+
+
+@dataclass
+class TrainConfig:
+    """Everything the policy update needs. `lr=None` picks 1e-4 with LoRA and 1e-5 for full fine-tuning."""
+
+    model: str  # catalogue name (see tether.engines.catalog) or local HF folder
+    lora: bool = True
+    lora_r: int = 16
+    lora_alpha: int = 32
+    lora_dropout: float = 0.0
+    target_modules: tuple[str, ...] = LLAMA_TARGET_MODULES
+    lr: float | None = None
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.999)
+    adam_eps: float = 1e-8
+    warmup_steps: int = 0  # linear warmup, then constant
+    grad_clip: float = 1.0  # max global grad norm; 0 disables clipping (the norm is still reported)
+    clip_low: float = 0.2
+    clip_high: float = 0.28
+    tis_cap: float | None = 2.0  # None disables the truncation
+    kl_coef: float = 0.0
+    micro_batch_tokens: int = 2048  # padded tokens (rows x width) per forward/backward
+    max_seq_len: int = 4096  # prompt + response; also limited by the model's context
+    # bf16 autocast of the transformer body (weights, lm_head and loss stay fp32). None: only where bf16
+    # is native (CUDA, CPUs with AVX512-BF16 or AMX); elsewhere it is emulated and 5-20x slower than fp32.
+    bf16: bool | None = None
+    seed: int = 0
+    device: str | None = None  # default: cuda if available, else cpu
+    cache_dir: str | None = None  # model cache for catalogue names (default: tether's)
+
+    def __post_init__(self) -> None:
+        self.target_modules = tuple(self.target_modules)
+        self.betas = (float(self.betas[0]), float(self.betas[1]))
+        if not 0 <= self.clip_low < 1 or self.clip_high < 0:
+            raise ValueError(
+                f"need 0 <= clip_low < 1 and clip_high >= 0, got {self.clip_low}, {self.clip_high}"
+            )
+        if self.tis_cap is not None and self.tis_cap <= 0:
+            raise ValueError(f"tis_cap must be positive or None, got {self.tis_cap}")
+        if self.micro_batch_tokens < 1 or self.max_seq_len < 2:
+            raise ValueError("micro_batch_tokens must be >= 1 and max_seq_len >= 2")
+        if self.kl_coef < 0 or self.grad_clip < 0:
+            raise ValueError("kl_coef and grad_clip must be >= 0")
+
+    @property
+    def learning_rate(self) -> float:
+        if self.lr is not None:
+            return self.lr
+        return DEFAULT_LORA_LR if self.lora else DEFAULT_FULL_LR

@@ -1,0 +1,73 @@
+"""What the training loop needs from a learner: one update, the servable weights of a version,
+checkpoints, and logprobs. `PolicyTrainer` (`tether.trainer.policy`, torch in this process) is the first.
+
+    learner = open_learner("local", train_config)
+
+A learner is a module with a factory, registered here by kind: adding one (a multi-rank learner, say) is
+a new module plus one `register` line below. The loop knows only the protocol and this registry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from tether.adapters.transitions import Transition
+from tether.algorithms.advantages import AdvantageBatch, Sample
+from tether.policy_server.base import PolicyWeights
+from tether.trainer.config import TrainConfig
+
+
+class TrainingDiverged(RuntimeError):
+    """A non-finite loss or gradient; the update was not applied and the gradients were cleared."""
+
+
+class StepReport(Protocol):
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+class Learner(Protocol):
+    def step(self, batch: AdvantageBatch) -> StepReport:
+        """One optimizer update on the batch (raises TrainingDiverged, leaving the weights as they were)."""
+        ...
+
+    def save_weights(self, directory: Path, version: int) -> PolicyWeights:
+        """Write the servable policy (a LoRA adapter or the whole model) into its own new folder."""
+        ...
+
+    def save_checkpoint(self, directory: Path, extra: dict[str, Any] | None = None) -> Path: ...
+
+    def load_checkpoint(self, directory: Path) -> dict[str, Any]:
+        """Restore a checkpoint; returns the `extra` it was saved with."""
+        ...
+
+    def logprobs(self, samples: Sequence[Sample | Transition]) -> list[list[float]]: ...
+
+
+Factory = Callable[[TrainConfig], Learner]
+_LEARNERS: dict[str, Factory] = {}
+
+
+def register(kind: str, factory: Factory) -> None:
+    _LEARNERS[kind] = factory
+
+
+def kinds() -> list[str]:
+    return sorted(_LEARNERS)
+
+
+def open_learner(kind: str, config: TrainConfig) -> Learner:
+    factory = _LEARNERS.get(kind)
+    if factory is None:
+        raise ValueError(f"unknown learner {kind!r}: choose one of {', '.join(kinds())}")
+    return factory(config)
+
+
+def _local(config: TrainConfig) -> Learner:
+    from tether.trainer.policy import PolicyTrainer
+
+    return PolicyTrainer(config)
+
+
+register("local", _local)
