@@ -46,7 +46,7 @@ def test_rollout_ids_are_accepted(store: SQLiteStore) -> None:
     assert len(build_transitions(store, [rollout.id]).transitions) == 1
 
 
-def test_final_reward_is_the_last_primary_by_time_then_insertion(store: SQLiteStore) -> None:
+def test_final_reward_is_the_last_recorded_primary_whatever_time_it_claims(store: SQLiteStore) -> None:
     rollout = running_rollout(store)
     store.add_spans([call_span(rollout.id, P1, R1)])
     late = tick() + 100
@@ -61,7 +61,8 @@ def test_final_reward_is_the_last_primary_by_time_then_insertion(store: SQLiteSt
         ]
     )
 
-    assert build_transitions(store, [rollout]).transitions[0].reward == 4.0
+    assert build_transitions(store, [rollout]).transitions[0].reward == 5.0
+    assert build_transitions(store, [rollout], reward_name="reward").transitions[0].reward == 4.0
     assert build_transitions(store, [rollout], reward_name="judge").transitions[0].reward == 5.0
     report = build_transitions(store, [rollout], reward_name="missing")
     assert report.transitions[0].reward == 0.0 and report.rollouts_without_reward == 1

@@ -76,7 +76,10 @@ def test_sync_training_updates_serves_and_logs(tmp_path: Path) -> None:
             assert {s.attributes["policy_version"] for s in spans} == {versions[rollout.metadata["step"] + 1]}
     lines = (tmp_path / "run" / "metrics.jsonl").read_bytes().splitlines()
     assert [orjson.loads(line)["kind"] for line in lines].count("val") == 3
-    assert (tmp_path / "run" / "checkpoint").exists() and (tmp_path / "run" / "adapter").exists()
+    assert (tmp_path / "run" / "checkpoint").exists()
+    # every policy version has its own folder, so a remote server can load N while serving N-1
+    served = sorted(p.name for p in (tmp_path / "run" / "policies").iterdir())
+    assert served == [f"v{r['policy_version_after']}" for r in updated]
 
 
 def test_resume_continues_from_the_checkpoint(tmp_path: Path) -> None:

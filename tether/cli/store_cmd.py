@@ -62,7 +62,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(command_main=lambda _: parser.print_help() or 2)
 
 
-def open_from_args(args: argparse.Namespace) -> Store:
+def open_from_args(args: argparse.Namespace, command: str = "store") -> Store:
     """The store to read: it must exist already (reading never creates an empty one)."""
     project = Project.at(args.project_dir)
     url = args.store or args.db or args.url or default_store_url(project.root)
@@ -75,7 +75,7 @@ def open_from_args(args: argparse.Namespace) -> Store:
     try:
         return open_store(url, StoreOptions(project_dir=project.root, token=args.token))
     except StoreError as exc:
-        raise SystemExit(f"tether store: {exc}") from None
+        raise SystemExit(f"tether {command}: {exc}") from None
 
 
 def _time(value: float | None) -> str:

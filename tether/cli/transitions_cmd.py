@@ -111,7 +111,7 @@ def select_rollouts(
 
 
 def export_transitions(args: argparse.Namespace) -> int:
-    store = open_from_args(args)
+    store = open_from_args(args, "transitions")
     try:
         rollouts = select_rollouts(store, args.statuses, args.mode, args.run)
         report = build_transitions(

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -260,19 +260,20 @@ class Gateway:
             await send({"type": "http.response.start", "status": 200, "headers": headers})
             await send({"type": "http.response.body", "body": answer})
         else:
-            await answer(scope, receive, send)
+            await event_stream(answer)(scope, receive, send)
 
     async def dispatch(
         self, ctx: CallContext, kind: RouteKind, body: dict[str, Any], started: float
-    ) -> bytes | StreamingResponse:
-        """A call on any model-call route: chat and completions as they are, other APIs translated."""
+    ) -> bytes | AsyncIterator[bytes]:
+        """A call on any model-call route: chat and completions as they are, other APIs translated. The
+        answer is JSON, or the server-sent events of a stream."""
         if kind == "chat" or kind == "completions":
             return await self.call(ctx, kind, body, started)
         return await self.call_in_dialect(ctx, DIALECTS[kind], body, started)
 
     async def call_in_dialect(
         self, ctx: CallContext, dialect: Dialect, body: dict[str, Any], started: float
-    ) -> bytes | StreamingResponse:
+    ) -> bytes | AsyncIterator[bytes]:
         """Make the call as a chat completion (so routing, admission, overrides and recording are the
         chat path's), and answer in the dialect."""
         chat = dialect.to_chat(body)
@@ -280,12 +281,12 @@ class Gateway:
         answer = await self.call(ctx, "chat", chat, started)
         if isinstance(answer, bytes):
             return orjson.dumps(dialect.from_chat(orjson.loads(answer), body))
-        return event_stream(translated_stream(dialect, answer.body_iterator, body))
+        return translated_stream(dialect, answer, body)
 
     async def call(
         self, ctx: CallContext, kind: CallKind, body: dict[str, Any], started: float
-    ) -> bytes | StreamingResponse:
-        """Make an authorized call: the JSON answer, or the streaming response that relays it."""
+    ) -> bytes | AsyncIterator[bytes]:
+        """Make an authorized call: the JSON answer, or the events that relay its stream."""
         if ctx.overrides:
             body = {**body, **ctx.overrides}
         if ctx.prompt_override is not None and kind == "chat":
@@ -309,7 +310,7 @@ class Gateway:
 
     async def _stream_call(
         self, ctx: CallContext, kind: CallKind, body: dict[str, Any], upstream: Upstream, started: float
-    ) -> StreamingResponse:
+    ) -> AsyncIterator[bytes]:
         await self.admission.acquire()
         version = upstream.policy_version
         events = upstream.stream(kind, body)
@@ -322,8 +323,7 @@ class Gateway:
         except BaseException:
             self.admission.release()
             raise
-        relay = _Relay(self, ctx, kind, body, upstream, started, version)
-        return event_stream(relay.events(first, events))
+        return _Relay(self, ctx, kind, body, upstream, started, version).events(first, events)
 
 
 @dataclass
@@ -339,7 +339,7 @@ class _Relay:
     policy_version: int | None
 
     async def events(
-        self, first: bytes | CallRecord, events: AsyncIterator[bytes | CallRecord]
+        self, first: bytes | CallRecord, events: AsyncGenerator[bytes | CallRecord, None]
     ) -> AsyncIterator[bytes]:
         gateway, ctx, kind, body = self.gateway, self.ctx, self.kind, self.body
         try:

@@ -16,11 +16,8 @@ EVENT_PATHS = ("/rollouts/{rollout_id}", "/rollouts/{rollout_id}/rewards")
 
 def reward_from_event(body: dict[str, Any]) -> tuple[float, str, str | None]:
     """Accepts `{"value": 1}`, `{"reward": 1}` and `{"event_type": "reward", "data": {"value": 1}}`."""
-    data = (
-        body.get("data")
-        if body.get("event_type") == "reward" and isinstance(body.get("data"), dict)
-        else body
-    )
+    nested = body.get("data")
+    data: dict[str, Any] = nested if body.get("event_type") == "reward" and isinstance(nested, dict) else body
     value = data.get("value", data.get("reward"))
     if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
         raise GatewayError(400, "a reward event needs a numeric 'value' (or 'reward')", param="value")

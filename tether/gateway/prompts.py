@@ -67,8 +67,8 @@ def system_text(message: dict[str, Any]) -> str | None:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        parts = [p.get("text") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)]
-        return "".join(parts)
+        texts = [part.get("text") for part in content if isinstance(part, dict)]
+        return "".join(text for text in texts if isinstance(text, str))
     return None
 
 

@@ -3,7 +3,7 @@ readers of the OpenAI request and answer fields that more than one upstream need
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -43,7 +43,7 @@ class Upstream(Protocol):
 
     async def call(self, kind: CallKind, body: dict[str, Any]) -> CallRecord: ...
 
-    def stream(self, kind: CallKind, body: dict[str, Any]) -> AsyncIterator[bytes | CallRecord]:
+    def stream(self, kind: CallKind, body: dict[str, Any]) -> AsyncGenerator[bytes | CallRecord, None]:
         """Yield SSE event bytes for the agent (never the final `[DONE]`), then one CallRecord."""
         ...
 

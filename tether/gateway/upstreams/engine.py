@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from tether.engines.base import Engine, Generation, GenerationDone, SamplingParams
@@ -224,7 +224,7 @@ class EngineUpstream:
             response["prompt_token_ids"] = prompt_ids
         return response
 
-    async def stream(self, kind: CallKind, body: dict[str, Any]) -> AsyncIterator[bytes | CallRecord]:
+    async def stream(self, kind: CallKind, body: dict[str, Any]) -> AsyncGenerator[bytes | CallRecord, None]:
         prompt_ids, per_choice, plan = self._prepare(kind, body)
         if len(per_choice) > 1:
             raise GatewayError(400, "streaming with n > 1 is not supported by the built-in engine", param="n")

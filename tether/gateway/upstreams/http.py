@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any
 
@@ -171,7 +171,7 @@ class HTTPUpstream:
         usage = data.get("usage") or {}
         return CallRecord(self._strip(kind, body, data), choices, prompt_ids, usage, target.policy_version)
 
-    async def stream(self, kind: CallKind, body: dict[str, Any]) -> AsyncIterator[bytes | CallRecord]:
+    async def stream(self, kind: CallKind, body: dict[str, Any]) -> AsyncGenerator[bytes | CallRecord, None]:
         target = self.target
         response = await self._post(kind, body, target)
         acc = StreamAccumulator(kind)
