@@ -100,7 +100,8 @@ def test_a_killed_run_resumes_to_exactly_one_success_per_task(
     assert lost and all(r.attempt_count == 2 for r in lost)  # requeued without using up the attempt
     capsys.readouterr()
 
-    assert main(["store", "--project-dir", str(tmp_path), "rollouts", "--run", run, "--json", "--limit", "0"]) == 0
+    listing = ["store", "--project-dir", str(tmp_path), "rollouts", "--run", run, "--json", "--limit", "0"]
+    assert main(listing) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert len(rows) == TASKS and {row["reward"] for row in rows} == {1.0}
     assert set(rows[0]) >= {"id", "run", "task_id", "sample", "status", "attempts", "reward"}

@@ -5,11 +5,14 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
 from tether.gateway import EngineUpstream, HTTPUpstream, HTTPUpstreamConfig
+
+if TYPE_CHECKING:
+    from tether.engines.transformers_engine import TransformersEngine
 from tether.project import Project
 from tether.runner.runs import RunError, RunRecord, default_run_name, start_run
 from tether.store import Store, StoreError, StoreOptions, StoreURLError, Task, open_store
@@ -37,7 +40,7 @@ def add_policy_args(parser: argparse.ArgumentParser, default_model: str = "smoll
     parser.add_argument("--max-batch-size", type=int, default=8, help="built-in engine: requests per batch")
 
 
-def load_engine(model: str, max_batch_size: int, console: Console):  # noqa: ANN201  (lazy torch import)
+def load_engine(model: str, max_batch_size: int, console: Console) -> TransformersEngine:
     try:
         from tether.engines import TransformersEngine
     except ImportError as exc:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from tether.cli.common import add_store_arg, begin_run, open_cli_store
 from tether.cli.plot_cmd import plot
@@ -14,6 +15,9 @@ from tether.cli.rollout_cmd import add_runner_args, load_inputs
 from tether.contracts import ALGORITHMS
 from tether.project import Project
 from tether.runner import TaskFileError, load_tasks
+
+if TYPE_CHECKING:
+    from tether.trainer.loop import FitResult
 
 console = Console(stderr=True)
 
@@ -224,7 +228,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _show(progress: Progress, bar: int, record: dict) -> None:  # noqa: ANN001
+def _show(progress: Progress, bar: TaskID, record: dict[str, Any]) -> None:
     if record["kind"] == "val":
         progress.console.print(f"step {record['step']:>3}  held-out accuracy {record['val_score']:.3f}")
         return
@@ -245,7 +249,7 @@ def _show(progress: Progress, bar: int, record: dict) -> None:  # noqa: ANN001
     progress.console.print(line)
 
 
-def _report(result, curve: Path) -> None:  # noqa: ANN001
+def _report(result: FitResult, curve: Path) -> None:
     out = Console()
     before, after = result.val_before, result.val_after
     out.print(

@@ -32,8 +32,9 @@ from rich.console import Console
 
 from tether.adapters import Transition, TransitionReport, build_transitions
 from tether.algorithms import AdvantageBatch, assign_advantages
+from tether.algorithms.advantages import AdvantageMethod
 from tether.auth import TokenAuthority
-from tether.contracts import ALGORITHMS, DEFAULT_ROUTE, Meta
+from tether.contracts import ADVANTAGE_METHODS, ALGORITHMS, DEFAULT_ROUTE, Meta
 from tether.gateway import HTTPUpstream, HTTPUpstreamConfig
 from tether.gateway.upstreams import Upstream
 from tether.policy_server import PolicyServer, PolicyServerOptions, PolicyWeights, open_policy_server
@@ -324,7 +325,7 @@ class _Session:
             for sample in batch.samples:
                 sample.advantage = 1.0
             return batch
-        return assign_advantages(transitions, method=self.config.algorithm)
+        return assign_advantages(transitions, method=advantage_method(self.config.algorithm))
 
     # -- one update -----------------------------------------------------------------------------------
 
@@ -494,6 +495,16 @@ class _Session:
         if self.step:
             await self._load(await self._on_update_thread(self._save_weights, self.step))
         console.print(f"resumed from step {self.step}")
+
+
+_ADVANTAGE_METHODS: dict[str, AdvantageMethod] = {"grpo": "grpo", "drgrpo": "drgrpo", "rloo": "rloo"}
+
+
+def advantage_method(algorithm: str) -> AdvantageMethod:
+    method = _ADVANTAGE_METHODS.get(algorithm)
+    if method is None:
+        raise ValueError(f"{algorithm!r} is not an advantage method ({', '.join(ADVANTAGE_METHODS)})")
+    return method
 
 
 def _version_of(folder: Path) -> int:

@@ -64,7 +64,6 @@ CHECKPOINT_EXTRA = "extra.json"
 CHECKPOINT_POLICY = "policy"
 
 
-
 @dataclass
 class StepMetrics:
     step: int  # optimizer steps taken so far, this one included

@@ -15,4 +15,3 @@ request = urllib.request.Request(
 urllib.request.urlopen(request, timeout=30).read()
 time.sleep(float(task.get("sleep", 0.3)))
 print(task["q"], file=sys.stdout)
-
