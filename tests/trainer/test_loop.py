@@ -118,6 +118,8 @@ def test_config_rejects_nonsense() -> None:
         TrainerConfig(group_size=1)
     with pytest.raises(ValueError, match="algorithm"):
         TrainerConfig(algorithm="magic")
+    with pytest.raises(ValueError, match="LoRA adapters only"):
+        TrainerConfig(model="tiny-random", policy=TrainConfig(model="tiny-random", lora=False))
 
 
 def test_sft_trains_only_on_rewarded_rollouts(tmp_path: Path) -> None:

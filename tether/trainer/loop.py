@@ -87,6 +87,11 @@ class TrainerConfig:
         if self.algorithm != "sft" and self.group_size < 2:
             raise ValueError(f"{self.algorithm} compares rollouts of a task: --group-size must be at least 2")
         self.policy.model = self.model
+        if not self.policy.lora and self.policy_server == "builtin":
+            raise ValueError(
+                "full fine-tuning needs a policy server that loads full weights; the built-in engine "
+                "hot-swaps LoRA adapters only (drop --full)"
+            )
         both = sorted(set(self.agents or ()) & set(self.fixed_agents))
         if both:
             raise ValueError(f"agents both trained and fixed: {', '.join(both)}")
