@@ -11,7 +11,8 @@ PROBE = """
 import json, os, sys
 import tether
 from tether import emit_reward, span
-heavy = [m for m in ("pydantic", "httpx", "fastapi", "torch", "tether.store", "tether.runner") if m in sys.modules]
+names = ("pydantic", "httpx", "fastapi", "torch", "tether.store", "tether.runner")
+heavy = [m for m in names if m in sys.modules]
 print(json.dumps({"omp": os.environ.get("OMP_WAIT_POLICY"), "heavy": heavy, "store": tether.Store.__name__}))
 """
 
