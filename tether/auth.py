@@ -15,6 +15,7 @@ import os
 import secrets
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import cached_property
 from pathlib import Path
 
 from tether.store.base import NotFound, Store
@@ -48,7 +49,7 @@ class TokenAuthority:
             handle.write(secret.hex())
         return cls(secret)
 
-    @property
+    @cached_property  # the hot path checks every call's token against it
     def admin_token(self) -> str:
         return ADMIN_PREFIX + _sign(self.secret, "admin")
 
@@ -116,10 +117,10 @@ def authenticate(authority: TokenAuthority, token: str | None, path_rollout: str
     (`path_rollout`), when it names one. Whether that rollout is still live is `check_live`'s part."""
     if not token:
         raise AuthError(Refusal.MISSING)
-    if authority.is_admin(token):
-        return Caller()
     rollout_id = authority.rollout_of(token)
     if rollout_id is None:
+        if authority.is_admin(token):
+            return Caller()
         raise AuthError(Refusal.INVALID)
     if path_rollout is not None and path_rollout != rollout_id:
         raise AuthError(Refusal.OTHER_ROLLOUT, path_rollout)

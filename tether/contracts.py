@@ -17,6 +17,15 @@ def is_call_span(name: str) -> bool:
     return name.startswith(LLM_SPAN_PREFIX)
 
 
+class Origin:
+    """Who recorded a span, or who gave a reward (`Reward.source`)."""
+
+    GATEWAY: Final = "gateway"  # spans: a model call the gateway served and recorded itself
+    AGENT: Final = "agent"  # spans and rewards an agent sent with its rollout token
+    EVALUATOR: Final = "evaluator"  # rewards: the run's evaluator, written by the runner
+    AIR: Final = "air"  # rewards: automatic intermediate rewards, written by the runner
+
+
 class CallAttr:
     """Attributes of a model-call span, as the gateway records them."""
 
@@ -62,6 +71,9 @@ class Meta:
     PROMPT_OVERRIDE: Final = "prompt_override"  # a system prompt put in place of the agent's
     SESSION: Final = "session"  # opened by hand (tether serve): no worker heartbeats it
     STEP: Final = "step"  # the training step that enqueued it
+    # Whether rewards the agent reported itself count as its reward (set by the run: by default only
+    # when the run has no evaluator).
+    AGENT_REWARDS: Final = "agent_rewards"
 
 
 # -- training -----------------------------------------------------------------------------------------

@@ -67,6 +67,7 @@ def call_span(
             response={},
         )
     return Span(
+        origin="gateway",
         rollout_id=rollout_id,
         attempt=attempt,
         name="llm.chat",

@@ -184,3 +184,27 @@ def test_interrupt_cancels_running_rollouts_cleanly(engine_rig: GatewayRig, tmp_
     rollout = engine_rig.store.get_rollout(rollout_id)
     assert rollout.status == RolloutStatus.cancelled and rollout.error == "interrupted"
     assert not alive(int((tmp_path / "pid").read_text()))
+
+
+def test_a_nul_byte_in_a_task_fails_only_that_attempt(engine_rig: GatewayRig, tmp_path: Path) -> None:
+    script = tmp_path / "echo_agent.py"
+    script.write_text("import sys\nprint(sys.argv[1])\n")
+    agent = CommandAgent(f"{PYTHON} {script} {{q}}")
+    outcomes = run(make_runner(engine_rig, agent), requests_for({"q": "a\x00b"}, {"q": "fine"}))
+    assert [o.status for o in outcomes] == [RolloutStatus.failed, RolloutStatus.succeeded]
+    assert "null byte" in (outcomes[0].error or "")
+    assert engine_rig.store.list_rollouts(status=RolloutStatus.running) == []
+
+
+class ExplodingAgent:
+    """An agent whose launcher itself raises (not a failure of the agent's own code)."""
+
+    async def run(self, task: dict, env: object, llm: object, timeout_s: float) -> object:
+        raise RuntimeError("the sandbox could not be created")
+
+
+def test_an_agent_launcher_that_raises_fails_the_attempt_not_the_run(engine_rig: GatewayRig) -> None:
+    runner = make_runner(engine_rig, ExplodingAgent())
+    outcomes = run(runner, requests_for({"q": 1}, {"q": 2}))
+    assert [o.status for o in outcomes] == [RolloutStatus.failed] * 2
+    assert all("the sandbox could not be created" in (o.error or "") for o in outcomes)

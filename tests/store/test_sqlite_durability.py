@@ -246,3 +246,33 @@ def test_a_closed_store_raises_store_error(tmp_path: Path) -> None:
         store.list_rollouts()
     with pytest.raises(StoreError):
         store.enqueue([RolloutRequest(task=Task())])
+
+
+def test_a_store_from_before_span_origins_is_upgraded_on_open(tmp_path: Path) -> None:
+
+    path = tmp_path / "old.db"
+    old = sqlite3.connect(path)
+    old.executescript(
+        """
+        CREATE TABLE spans (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT, rollout_id TEXT NOT NULL, attempt INTEGER,
+            trace_id TEXT NOT NULL, span_id TEXT NOT NULL, parent_id TEXT, name TEXT NOT NULL,
+            kind TEXT NOT NULL, start_time REAL NOT NULL, end_time REAL, status TEXT NOT NULL,
+            status_message TEXT, attributes TEXT NOT NULL, events TEXT NOT NULL,
+            UNIQUE (trace_id, span_id)
+        );
+        CREATE INDEX spans_rollout ON spans (rollout_id, seq);
+        INSERT INTO spans (rollout_id, attempt, trace_id, span_id, name, kind, start_time, status,
+                           attributes, events)
+        VALUES ('ro-1', 1, 't', 's', 'llm.chat', 'client', 1.0, 'ok', '{}', '[]');
+        """
+    )
+    old.commit()
+    old.close()
+    store = SQLiteStore(path)
+    (span,) = store.query_spans(rollout_id="ro-1")
+    assert (span.name, span.origin, span.seq) == ("llm.chat", "gateway", 1)
+    store.add_spans([span.model_copy(update={"rollout_id": "ro-2", "seq": None, "origin": "agent"})])
+    assert [s.origin for s in store.query_spans(rollout_id="ro-2")] == ["agent"]
+    store.close()
+    assert SQLiteStore(path).query_spans(rollout_id="ro-1")[0].origin == "gateway"

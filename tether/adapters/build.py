@@ -3,7 +3,8 @@
 Only token ids recorded by the gateway are used; text is never re-tokenized, because a re-tokenization is
 not what the policy saw or sampled.
 
-Which calls: the LLM-call spans (names starting with `llm.`) of a rollout, in store insertion order, of its
+Which calls: the LLM-call spans (names starting with `llm.`) that the gateway recorded itself (origin
+`gateway`; a call span an agent sent is kept in the store but never trained on) of a rollout, in store insertion order, of its
 last attempt (`attempts="all"` keeps every attempt; a call span with no attempt number counts as the last
 attempt's). With `agents`, a call whose `agent` attribute is not selected is skipped.
 
@@ -34,10 +35,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tether.adapters.transitions import Transition
-from tether.contracts import AGENT_NAME_ATTRIBUTES, AgentSource, CallAttr, is_call_span
+from tether.contracts import AGENT_NAME_ATTRIBUTES, AgentSource, CallAttr, Origin, is_call_span
 from tether.store.base import Store
 from tether.store.models import Reward, Rollout, Span
-from tether.store.reward_rule import final_reward
+from tether.store.reward_rule import agent_rewards_count, final_reward
 
 ALL_ROWS = 1_000_000_000
 
@@ -200,7 +201,13 @@ def _build_rollout(
     report.rollouts += 1
     spans = store.query_spans(rollout_id=rollout.id, limit=ALL_ROWS)
     rewards = store.query_rewards(rollout.id)
-    calls = [span for span in spans if is_call_span(span.name)]
+    if not agent_rewards_count(rollout):
+        rewards = [reward for reward in rewards if reward.source != Origin.AGENT]
+    calls = [span for span in spans if is_call_span(span.name) and span.origin == Origin.GATEWAY]
+    forged = sum(is_call_span(span.name) and span.origin != Origin.GATEWAY for span in spans)
+    if forged:
+        report.calls += forged
+        report.skipped["not_recorded_by_the_gateway"] += forged
     _label_agents(spans, calls)
     last = _last_attempt(rollout, calls)
     by_attempt = _group_by_attempt(calls, last)

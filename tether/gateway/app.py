@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -262,14 +262,15 @@ class Gateway:
         else:
             await event_stream(answer)(scope, receive, send)
 
-    async def dispatch(
+    def dispatch(
         self, ctx: CallContext, kind: RouteKind, body: dict[str, Any], started: float
-    ) -> bytes | AsyncIterator[bytes]:
+    ) -> Coroutine[Any, Any, bytes | AsyncIterator[bytes]]:
         """A call on any model-call route: chat and completions as they are, other APIs translated. The
-        answer is JSON, or the server-sent events of a stream."""
+        answer is JSON, or the server-sent events of a stream. (Not a coroutine of its own: one frame
+        less to resume at every step of every call.)"""
         if kind == "chat" or kind == "completions":
-            return await self.call(ctx, kind, body, started)
-        return await self.call_in_dialect(ctx, DIALECTS[kind], body, started)
+            return self.call(ctx, kind, body, started)
+        return self.call_in_dialect(ctx, DIALECTS[kind], body, started)
 
     async def call_in_dialect(
         self, ctx: CallContext, dialect: Dialect, body: dict[str, Any], started: float

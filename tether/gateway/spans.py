@@ -3,11 +3,11 @@ the policy version that produced it (see `tether.contracts.CallAttr` for the att
 
 from __future__ import annotations
 
-import os
+import random
 import time
 from typing import Any
 
-from tether.contracts import CALL_SPAN_NAMES, CHOICE_TOOL_PARSE_ERROR, AgentSource, CallAttr
+from tether.contracts import CALL_SPAN_NAMES, CHOICE_TOOL_PARSE_ERROR, AgentSource, CallAttr, Origin
 from tether.gateway.context import CallContext
 from tether.gateway.errors import GatewayError
 from tether.gateway.upstreams import CallKind, CallRecord, ChoiceRecord
@@ -72,8 +72,8 @@ def call_span(
         set(_SPAN_FIELDS),
         rollout_id=ctx.rollout_id,
         attempt=ctx.attempt,
-        trace_id=ctx.trace_id or os.urandom(16).hex(),
-        span_id=os.urandom(8).hex(),
+        trace_id=ctx.trace_id or _random_id(128),
+        span_id=_random_id(64),
         parent_id=ctx.parent_span_id,
         name=CALL_SPAN_NAMES[kind],
         kind="client",
@@ -84,7 +84,13 @@ def call_span(
         attributes=attributes,
         events=[],
         seq=None,
+        origin=Origin.GATEWAY,
     )
+
+
+def _random_id(bits: int) -> str:
+    # Ids need to be unique, not secret (OpenTelemetry's SDK makes them so too), and urandom is a syscall.
+    return f"{random.getrandbits(bits) or 1:0{bits // 4}x}"
 
 
 def _choice(choice: ChoiceRecord) -> dict[str, Any]:

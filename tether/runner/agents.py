@@ -122,6 +122,8 @@ class CommandAgent:
             )
         except OSError as exc:
             return AgentResult(None, None, error=f"cannot start {argv[0]!r}: {exc.strerror or exc}")
+        except ValueError as exc:  # e.g. a NUL byte from a task field in an argument
+            return AgentResult(None, None, error=f"cannot start the agent: {exc}")
         out, err = _TailBuffer(), _TailBuffer()
         pumps = asyncio.gather(_pump(process.stdout, out), _pump(process.stderr, err))
         timed_out = False

@@ -14,10 +14,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tether.contracts import CallAttr, is_call_span
+from tether.contracts import CallAttr, Meta, is_call_span
 from tether.store.base import Store
 from tether.store.models import Rollout, RolloutRequest, RolloutStatus, Span
-from tether.store.reward_rule import final_reward
+from tether.store.reward_rule import rollout_final_reward
 
 # How often a wait returns to report progress (and to check that the workers are alive) while rollouts
 # are still running. Finishing the last rollout wakes it at once.
@@ -58,7 +58,7 @@ def call_stats(spans: Sequence[Span]) -> tuple[int, int]:
 def read_outcome(store: Store, rollout: Rollout) -> RolloutOutcome:
     """A finished rollout's outcome, as the store has it."""
     attempt = rollout.attempt_count
-    reward = final_reward(store.query_rewards(rollout.id), attempt or None)
+    reward = rollout_final_reward(rollout, store.query_rewards(rollout.id), attempt or None)
     spans = store.query_spans(rollout_id=rollout.id, attempt=attempt, limit=1_000_000) if attempt else []
     calls, tokens = call_stats(spans)
     return RolloutOutcome(
@@ -75,18 +75,29 @@ def read_outcome(store: Store, rollout: Rollout) -> RolloutOutcome:
 
 
 class Driver:
-    def __init__(self, store: Store, run: str | None = None, on_change: Callable[[], None] | None = None):
+    def __init__(
+        self,
+        store: Store,
+        run: str | None = None,
+        on_change: Callable[[], None] | None = None,
+        agent_rewards: bool = True,
+    ):
         self.store = store
         self.run = run
         self.on_change = on_change
+        self.agent_rewards = agent_rewards
         self.stats = RunnerStats()
         self._counted: set[str] = set()
 
     async def submit(self, requests: Sequence[RolloutRequest]) -> list[Rollout]:
         """Enqueue the requests under this driver's run. Keyed requests that the run already has are
         not queued again: the store gives back the existing rollouts."""
-        owned = [r if r.run == self.run else r.model_copy(update={"run": self.run}) for r in requests]
+        owned = [self._own(request) for request in requests]
         return await asyncio.to_thread(self.store.enqueue, owned)
+
+    def _own(self, request: RolloutRequest) -> RolloutRequest:
+        metadata = {Meta.AGENT_REWARDS: self.agent_rewards, **request.metadata}
+        return request.model_copy(update={"run": self.run, "metadata": metadata})
 
     async def wait(
         self, rollout_ids: Sequence[str], failure: Callable[[], str | None] | None = None

@@ -64,6 +64,8 @@ class RunnerConfig:
     timeout_s: float = 300.0
     heartbeat_s: float = 10.0
     primary_reward: str | None = None
+    # Whether rewards the agent reports itself count as its reward; None: only without an evaluator.
+    agent_rewards: bool | None = None
     air: AIRRules = field(default_factory=AIRRules)
     worker_prefix: str = "worker"
 
@@ -148,6 +150,9 @@ class WorkerPool:
         except asyncio.CancelledError:
             await asyncio.shield(self._close(rollout, attempt, RolloutStatus.cancelled, None, "interrupted"))
             raise
+        except Exception as exc:  # launching the agent failed: this attempt fails, never the run
+            log.warning("rollout %s: the agent could not run: %s", rollout.id, exc)
+            result = AgentResult(None, None, error=f"the agent could not run: {type(exc).__name__}: {exc}")
         finally:
             heartbeat.cancel()
             self._count(-1)

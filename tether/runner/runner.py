@@ -35,7 +35,10 @@ class Runner:
         self.config = config or RunnerConfig()
         self.on_update = on_update
         self.pool = WorkerPool(store, agent, endpoints, evaluator, self.config, run, self._notify)
-        self.driver = Driver(store, run, self._notify)
+        agent_rewards = self.config.agent_rewards
+        if agent_rewards is None:
+            agent_rewards = evaluator is None
+        self.driver = Driver(store, run, self._notify, agent_rewards)
 
     @property
     def run_name(self) -> str | None:

@@ -125,6 +125,9 @@ class Span(BaseModel):
     attributes: dict[str, Any] = Field(default_factory=dict)
     events: list[SpanEvent] = Field(default_factory=list)
     seq: int | None = None  # assigned by the store: insertion order within the store
+    # Who recorded it: "gateway" for the model calls the gateway served itself (the only calls that
+    # become training data), "agent" for whatever an agent sent (OTLP, the tracer, the store API).
+    origin: str = "agent"
 
 
 class Reward(BaseModel):

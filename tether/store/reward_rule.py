@@ -9,6 +9,10 @@ the one the store recorded last. The reward's own `time` is not used: it is what
 The runner writes the evaluator's rewards after the agent process has exited, so an evaluator's verdict
 wins over whatever the agent reported during its run.
 
+Rewards the agent reported itself (source `agent`: whatever arrived with its rollout token) count only
+when the run lets them: `Rollout.metadata["agent_rewards"]`, set by the runner, by default true only for
+runs without an evaluator. An agent under training must not be able to grade itself.
+
 The rollout's reward is the final reward of its last attempt (the one that finished it): rewards of
 earlier, retried attempts do not count. None means the rollout has no final reward; training then
 uses 0.0 and counts it (`rollouts_without_reward`).
@@ -18,27 +22,44 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from tether.contracts import Meta, Origin
 from tether.store.base import Store
 from tether.store.models import Reward, Rollout
 
 
-def is_final_candidate(reward: Reward, attempt: int | None, name: str | None = None) -> bool:
+def is_final_candidate(
+    reward: Reward, attempt: int | None, name: str | None = None, *, agent_rewards: bool = True
+) -> bool:
     return (
         reward.primary
         and reward.span_id is None
         and (name is None or reward.name == name)
         and (reward.attempt is None or reward.attempt == attempt)
+        and (agent_rewards or reward.source != Origin.AGENT)
     )
 
 
-def final_reward(rewards: Sequence[Reward], attempt: int | None, name: str | None = None) -> float | None:
+def final_reward(
+    rewards: Sequence[Reward], attempt: int | None, name: str | None = None, *, agent_rewards: bool = True
+) -> float | None:
     """The final reward of `attempt`, from rewards in store insertion order (as `query_rewards` gives)."""
     for reward in reversed(rewards):
-        if is_final_candidate(reward, attempt, name):
+        if is_final_candidate(reward, attempt, name, agent_rewards=agent_rewards):
             return reward.value
     return None
 
 
+def agent_rewards_count(rollout: Rollout) -> bool:
+    return bool(rollout.metadata.get(Meta.AGENT_REWARDS, True))
+
+
+def rollout_final_reward(
+    rollout: Rollout, rewards: Sequence[Reward], attempt: int | None, name: str | None = None
+) -> float | None:
+    """The final reward of one of the rollout's attempts, under the rollout's own agent-reward setting."""
+    return final_reward(rewards, attempt, name, agent_rewards=agent_rewards_count(rollout))
+
+
 def rollout_reward(store: Store, rollout: Rollout, name: str | None = None) -> float | None:
     """The reward of a rollout, read from the store."""
-    return final_reward(store.query_rewards(rollout.id), rollout.attempt_count or None, name)
+    return rollout_final_reward(rollout, store.query_rewards(rollout.id), rollout.attempt_count or None, name)

@@ -34,6 +34,7 @@ from tether.store.models import (
     Span,
     StatusUpdate,
 )
+from tether.store.provenance import agent_reward, agent_span
 
 log = logging.getLogger(__name__)
 
@@ -391,7 +392,8 @@ def create_store_router(store: Store, auth: TokenAuthority, *, max_wait_s: float
     @router.post("/spans", status_code=204, summary="Add spans (duplicates are ignored)")
     def add_spans(body: SpansRequest, who: AnyCaller) -> None:
         _require_rollout(who, [span.rollout_id for span in body.spans])
-        store.add_spans(body.spans)
+        spans: list[Span] = list(body.spans)
+        store.add_spans(spans if who.is_admin else [agent_span(span) for span in spans])
 
     @router.get("/spans", summary="Query spans in insertion order")
     def query_spans(
@@ -410,7 +412,8 @@ def create_store_router(store: Store, auth: TokenAuthority, *, max_wait_s: float
     @router.post("/rewards", status_code=204, summary="Add rewards")
     def add_rewards(body: RewardsRequest, who: AnyCaller) -> None:
         _require_rollout(who, [reward.rollout_id for reward in body.rewards])
-        store.add_rewards(body.rewards)
+        rewards: list[Reward] = list(body.rewards)
+        store.add_rewards(rewards if who.is_admin else [agent_reward(reward) for reward in rewards])
 
     @router.get("/resources", summary="Latest version of every resource")
     def list_resources(_: AnyCaller) -> list[Resource]:

@@ -54,11 +54,9 @@ CREATE TABLE IF NOT EXISTS spans (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, rollout_id TEXT NOT NULL, attempt INTEGER,
     trace_id TEXT NOT NULL, span_id TEXT NOT NULL, parent_id TEXT, name TEXT NOT NULL, kind TEXT NOT NULL,
     start_time REAL NOT NULL, end_time REAL, status TEXT NOT NULL, status_message TEXT,
-    attributes TEXT NOT NULL, events TEXT NOT NULL,
-    UNIQUE (trace_id, span_id)
+    attributes TEXT NOT NULL, events TEXT NOT NULL, origin TEXT NOT NULL,
+    UNIQUE (rollout_id, trace_id, span_id)
 );
-CREATE INDEX IF NOT EXISTS spans_rollout ON spans (rollout_id, seq);
-CREATE INDEX IF NOT EXISTS spans_time ON spans (start_time);
 CREATE TABLE IF NOT EXISTS rewards (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, rollout_id TEXT NOT NULL, attempt INTEGER, name TEXT NOT NULL,
     value REAL NOT NULL, span_id TEXT, source TEXT NOT NULL, time REAL NOT NULL, is_primary INTEGER NOT NULL
@@ -77,6 +75,8 @@ ADDED_ROLLOUT_COLUMNS = {
     "worker_losses": "INTEGER NOT NULL DEFAULT 0",
 }
 INDEXES = """
+CREATE INDEX IF NOT EXISTS spans_rollout ON spans (rollout_id, seq);
+CREATE INDEX IF NOT EXISTS spans_time ON spans (start_time);
 CREATE INDEX IF NOT EXISTS rollouts_status ON rollouts (status, created_at);
 CREATE INDEX IF NOT EXISTS rollouts_created ON rollouts (created_at);
 CREATE INDEX IF NOT EXISTS rollouts_run ON rollouts (run, status, created_at);
@@ -88,6 +88,13 @@ ROLLOUT_COLUMNS = (
     "created_at, started_at, ended_at, output, error, metadata, run, key, sample, worker_losses"
 )
 SPAN_COLUMNS = (
+    "seq, rollout_id, attempt, trace_id, span_id, parent_id, name, kind, start_time, end_time, "
+    "status, status_message, attributes, events, origin"
+)
+# Stores made before spans had an origin and per-rollout span ids: the table is rebuilt on open. Their
+# spans were recorded before agents' spans were told apart, so they keep counting as the gateway's.
+SPANS_V1_UNIQUE = "UNIQUE (trace_id, span_id)"
+SPANS_V1_COLUMNS = (
     "seq, rollout_id, attempt, trace_id, span_id, parent_id, name, kind, start_time, end_time, "
     "status, status_message, attributes, events"
 )
@@ -145,6 +152,7 @@ def _span(row: sqlite3.Row) -> Span:
         status_message=row["status_message"],
         attributes=orjson.loads(row["attributes"]),
         events=[SpanEvent(**event) for event in orjson.loads(row["events"])],
+        origin=row["origin"],
     )
 
 
@@ -163,6 +171,7 @@ def _span_row(span: Span) -> tuple[Any, ...]:
         span.status_message,
         _dumps(span.attributes),
         _dumps([event.model_dump() for event in span.events]),
+        span.origin,
     )
 
 
@@ -190,6 +199,7 @@ class SQLiteStore:
                     self._db.execute("PRAGMA synchronous=NORMAL")
                 self._db.executescript(SCHEMA)
                 self._add_missing_columns()
+                self._upgrade_spans_table()
                 self._db.executescript(INDEXES)
             except sqlite3.Error as exc:
                 self._db.close()
@@ -204,6 +214,27 @@ class SQLiteStore:
         for column, definition in ADDED_ROLLOUT_COLUMNS.items():
             if column not in present:
                 self._db.execute(f"ALTER TABLE rollouts ADD COLUMN {column} {definition}")
+
+    def _upgrade_spans_table(self) -> None:
+        (sql,) = self._db.execute("SELECT sql FROM sqlite_master WHERE name = 'spans'").fetchone()
+        if SPANS_V1_UNIQUE not in sql:
+            return
+        table = SCHEMA[SCHEMA.index("CREATE TABLE IF NOT EXISTS spans") :].split(");", 1)[0] + ");"
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            self._db.execute("ALTER TABLE spans RENAME TO spans_v1")
+            self._db.execute("DROP INDEX IF EXISTS spans_rollout")
+            self._db.execute("DROP INDEX IF EXISTS spans_time")
+            self._db.execute(table)
+            self._db.execute(
+                f"INSERT INTO spans ({SPANS_V1_COLUMNS}, origin) "
+                f"SELECT {SPANS_V1_COLUMNS}, 'gateway' FROM spans_v1"
+            )
+            self._db.execute("DROP TABLE spans_v1")
+            self._db.execute("COMMIT")
+        except sqlite3.Error:
+            self._rollback()
+            raise
 
     def rollouts_epoch(self) -> Hashable:
         if self.path == ":memory:":
@@ -537,8 +568,8 @@ class SQLiteStore:
         with self._write() as db:
             db.executemany(
                 "INSERT OR IGNORE INTO spans (rollout_id, attempt, trace_id, span_id, parent_id, name, kind, "
-                "start_time, end_time, status, status_message, attributes, events) "
-                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                "start_time, end_time, status, status_message, attributes, events, origin) "
+                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 rows,
             )
 

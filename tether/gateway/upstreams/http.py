@@ -9,6 +9,7 @@ from typing import Any
 
 import aiohttp
 import orjson
+from yarl import URL
 
 from tether.gateway.errors import UpstreamError
 from tether.gateway.upstreams.base import (
@@ -38,7 +39,6 @@ class HTTPUpstreamConfig:
 
 
 RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
-JSON_HEADERS = {"Content-Type": "application/json"}
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,9 @@ class HTTPUpstream:
         self.config = config
         self.name = config.name
         self.target = Target(config.model, config.policy_version)
+        base = config.base_url.rstrip("/")
+        # Parsed once: aiohttp would parse a string URL on every call.
+        self._urls = {"chat": URL(base + "/chat/completions"), "completions": URL(base + "/completions")}
         self._session: aiohttp.ClientSession | None = None
 
     @property
@@ -70,16 +73,15 @@ class HTTPUpstream:
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            headers = {"Authorization": f"Bearer {self.config.api_key}"} if self.config.api_key else {}
+            headers = {"Content-Type": "application/json"}  # as session defaults: no merge per call
+            if self.config.api_key:
+                headers["Authorization"] = f"Bearer {self.config.api_key}"
             self._session = aiohttp.ClientSession(
                 headers=headers,
                 timeout=aiohttp.ClientTimeout(total=self.config.timeout_s),
                 connector=aiohttp.TCPConnector(limit=0),
             )
         return self._session
-
-    def _url(self, kind: CallKind) -> str:
-        return self.config.base_url.rstrip("/") + ("/chat/completions" if kind == "chat" else "/completions")
 
     def _upstream_body(self, kind: CallKind, body: dict[str, Any], model: str | None) -> dict[str, Any]:
         out = dict(body)
@@ -101,7 +103,7 @@ class HTTPUpstream:
             if attempt:
                 await asyncio.sleep(self.config.backoff_s * 2 ** (attempt - 1))
             try:
-                response = await self._client().post(self._url(kind), data=payload, headers=JSON_HEADERS)
+                response = await self._client().post(self._urls[kind], data=payload)
             except (aiohttp.ClientError, TimeoutError) as exc:
                 last_error = f"{type(exc).__name__}: {exc}".rstrip(": ")
                 continue
@@ -150,6 +152,12 @@ class HTTPUpstream:
             raise UpstreamError(502, f"upstream '{self.name}' broke off its answer: {exc}") from exc
         finally:
             response.release()
+        return self.record_of(kind, body, raw, target.policy_version)
+
+    def record_of(
+        self, kind: CallKind, body: dict[str, Any], raw: bytes, policy_version: int | None
+    ) -> CallRecord:
+        """The record of an answer, whose response is what the agent asked for (see `_strip`)."""
         try:
             data = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
@@ -169,7 +177,7 @@ class HTTPUpstream:
                 )
             )
         usage = data.get("usage") or {}
-        return CallRecord(self._strip(kind, body, data), choices, prompt_ids, usage, target.policy_version)
+        return CallRecord(self._strip(kind, body, data), choices, prompt_ids, usage, policy_version)
 
     async def stream(self, kind: CallKind, body: dict[str, Any]) -> AsyncGenerator[bytes | CallRecord, None]:
         target = self.target

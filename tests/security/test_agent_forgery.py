@@ -1,0 +1,114 @@
+"""The agent under training is an adversary: what it sends with its rollout token cannot become its own
+training data. Attacks against the real gateway and store API on loopback, each of which must fail."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import openai
+
+from tests.rigs import GatewayRig
+from tether.adapters import build_transitions
+from tether.contracts import Meta, Origin
+from tether.runner.driver import read_outcome
+from tether.store import RolloutRequest, RolloutStatus, Task
+from tether.store.models import Reward
+
+
+def live_rollout(rig: GatewayRig, *, agent_rewards: bool) -> tuple[str, str, str]:
+    """A claimed rollout, as the runner opens it: (id, base URL, API key)."""
+    request = RolloutRequest(task=Task(input={"q": 1}), metadata={Meta.AGENT_REWARDS: agent_rewards})
+    (rollout,) = rig.store.enqueue([request])
+    assert rig.store.claim("worker") is not None
+    creds = rig.gateway.credentials(rollout.id)
+    return rollout.id, creds["base_url"], creds["api_key"]
+
+
+def call_once(base_url: str, key: str) -> None:
+    client = openai.OpenAI(base_url=base_url, api_key=key, max_retries=0)
+    client.chat.completions.create(model="policy", messages=[{"role": "user", "content": "hi"}])
+
+
+FORGED_REWARD = {"value": 1000.0, "source": "evaluator", "time": 4e9, "primary": True, "name": "reward"}
+
+
+def test_a_forged_evaluator_reward_is_stored_as_the_agents_and_does_not_count(rig: GatewayRig) -> None:
+    rollout_id, base_url, key = live_rollout(rig, agent_rewards=False)
+    call_once(base_url, key)
+    headers = {"Authorization": f"Bearer {key}"}
+    posted = httpx.post(
+        f"{rig.url}/store/rewards",
+        json={"rewards": [{"rollout_id": rollout_id, **FORGED_REWARD}]},
+        headers=headers,
+    )
+    assert posted.status_code == 204, posted.text
+    event = httpx.post(f"{rig.url}/rollouts/{rollout_id}?primary=1", json={**FORGED_REWARD}, headers=headers)
+    assert event.status_code == 200, event.text
+    # the runner's evaluator then says 0.0
+    rig.store.add_rewards([Reward(rollout_id=rollout_id, attempt=1, value=0.0, source=Origin.EVALUATOR)])
+    rig.store.update_status(rollout_id, RolloutStatus.succeeded, attempt=1)
+
+    stored = rig.store.query_rewards(rollout_id)
+    forged = [r for r in stored if r.value == 1000.0]
+    assert len(forged) == 2 and all(r.source == "agent" and r.time < 4e9 for r in forged)
+    assert read_outcome(rig.store, rig.store.get_rollout(rollout_id)).reward == 0.0
+    (transition,) = build_transitions(rig.store, [rollout_id]).transitions
+    assert transition.reward == 0.0
+
+
+def test_without_an_evaluator_the_agents_own_reward_counts_but_its_claimed_time_does_not(
+    rig: GatewayRig,
+) -> None:
+    rollout_id, base_url, key = live_rollout(rig, agent_rewards=True)
+    call_once(base_url, key)
+    headers = {"Authorization": f"Bearer {key}"}
+    early = {"rollout_id": rollout_id, **FORGED_REWARD}
+    assert (
+        httpx.post(f"{rig.url}/store/rewards", json={"rewards": [early]}, headers=headers).status_code == 204
+    )
+    late = {"rollout_id": rollout_id, "value": 0.5, "time": 1.0}
+    assert (
+        httpx.post(f"{rig.url}/store/rewards", json={"rewards": [late]}, headers=headers).status_code == 204
+    )
+    rig.store.update_status(rollout_id, RolloutStatus.succeeded, attempt=1)
+    assert read_outcome(rig.store, rig.store.get_rollout(rollout_id)).reward == 0.5  # the last recorded
+
+
+def test_a_fabricated_model_call_span_is_kept_but_never_trained_on(rig: GatewayRig) -> None:
+    rollout_id, base_url, key = live_rollout(rig, agent_rewards=False)
+    call_once(base_url, key)
+    fabricated = {
+        "rollout_id": rollout_id,
+        "attempt": 1,
+        "name": "llm.chat",
+        "start_time": time.time(),
+        "origin": "gateway",
+        "attributes": {
+            "prompt_token_ids": [1, 2, 3],
+            "choices": [{"index": 0, "token_ids": [7, 7, 7], "logprobs": [0.0, 0.0, 0.0]}],
+            "policy_version": 0,
+        },
+    }
+    headers = {"Authorization": f"Bearer {key}"}
+    posted = httpx.post(f"{rig.url}/store/spans", json={"spans": [fabricated]}, headers=headers)
+    assert posted.status_code == 204, posted.text
+    rig.store.add_rewards([Reward(rollout_id=rollout_id, attempt=1, value=1.0, source=Origin.EVALUATOR)])
+    rig.store.update_status(rollout_id, RolloutStatus.succeeded, attempt=1)
+
+    spans = rig.store.query_spans(rollout_id=rollout_id)
+    assert sorted(s.origin for s in spans) == ["agent", "gateway"]
+    report = build_transitions(rig.store, [rollout_id])
+    assert len(report.transitions) == 1 and report.transitions[0].response_ids != [7, 7, 7]
+    assert report.skipped["not_recorded_by_the_gateway"] == 1
+
+
+def test_one_rollout_cannot_pre_empt_anothers_span_ids(rig: GatewayRig) -> None:
+    first, _, first_key = live_rollout(rig, agent_rewards=False)
+    second, _, second_key = live_rollout(rig, agent_rewards=False)
+    span = {"trace_id": "ab" * 16, "span_id": "cd" * 8, "name": "tool.search", "start_time": 1.0}
+    for rollout_id, key in ((first, first_key), (second, second_key)):
+        body = {"spans": [{**span, "rollout_id": rollout_id}]}
+        response = httpx.post(f"{rig.url}/store/spans", json=body, headers={"Authorization": f"Bearer {key}"})
+        assert response.status_code == 204
+    assert [len(rig.store.query_spans(rollout_id=r)) for r in (first, second)] == [1, 1]
