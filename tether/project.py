@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tether.auth import TokenAuthority
+from tether.filemodes import make_private, private_dir
 
 
 @dataclass(frozen=True)
@@ -34,11 +35,14 @@ class Project:
         return self.state_dir / "admin_token"
 
     def authority(self) -> TokenAuthority:
-        return TokenAuthority.load_or_create(self.secret_path)
+        private_dir(self.state_dir)
+        authority = TokenAuthority.load_or_create(self.secret_path)
+        make_private(self.secret_path)
+        return authority
 
     def write_admin_token(self, authority: TokenAuthority) -> Path:
         path = self.admin_token_path
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(path.parent)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as handle:
             handle.write(authority.admin_token + "\n")

@@ -68,7 +68,23 @@ def add_runner_args(parser: argparse.ArgumentParser) -> None:
         "--agent",
         required=True,
         metavar="COMMAND",
-        help='the agent command, e.g. "python my_agent.py --q {question}"',
+        help='the agent command, e.g. "python my_agent.py --q {question}". It is run directly, not by a '
+        "shell: each {field} of the task becomes exactly one argument. Do not wrap it in sh -c: a shell "
+        "would run whatever a task field says",
+    )
+    parser.add_argument(
+        "--agent-cwd",
+        metavar="DIR",
+        default=None,
+        help="working directory of every agent (default: a fresh scratch directory per attempt, outside "
+        "the project, removed afterwards; relative paths in --agent are resolved from here first)",
+    )
+    parser.add_argument(
+        "--agent-user",
+        metavar="USER",
+        default=None,
+        help="run agents as this OS user (Tether must run as root), so they cannot read the project's "
+        "secret and store: see docs/security.md",
     )
     parser.add_argument("--tasks", required=True, metavar="FILE", help="task file: JSON lines, one task each")
     parser.add_argument(
@@ -103,7 +119,7 @@ def load_inputs(args: argparse.Namespace) -> tuple[list[Task], Evaluator | None,
     try:
         tasks = load_tasks(args.tasks)
         evaluator = load_callable(args.reward) if args.reward else None
-        agent = CommandAgent(args.agent)
+        agent = CommandAgent(args.agent, cwd=args.agent_cwd, user=args.agent_user)
         for task in tasks:
             agent.argv(task.input)
     except (TaskFileError, RewardError, ValueError) as exc:

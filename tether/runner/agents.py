@@ -6,9 +6,12 @@ import asyncio
 import contextlib
 import inspect
 import os
+import pwd
 import shlex
+import shutil
 import signal
-from collections.abc import Awaitable, Callable, Mapping
+import tempfile
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -78,18 +81,40 @@ def _last_line(text: str) -> str | None:
 
 
 class CommandAgent:
-    """Runs a command per rollout. Task fields fill `{placeholders}` in the template, one argument each."""
+    """Runs a command per rollout. Task fields fill `{placeholders}` in the template, one argument each.
 
-    def __init__(self, template: str, cwd: str | None = None, env: Mapping[str, str] | None = None) -> None:
+    The command is executed directly, never through a shell, so a task field is always one argument and
+    cannot inject commands. A template that itself runs a shell (`sh -c '... {q}'`) hands task text to
+    that shell: don't, unless the tasks are trusted.
+
+    Each attempt starts in a fresh scratch directory of its own (removed afterwards) unless `cwd` names
+    one; arguments of the template that name existing files relative to where Tether was started are made
+    absolute, so `python agents/my_agent.py` works from any directory. The agent's environment keeps the
+    caller's, minus Tether's own settings that name the project or carry its admin token. With `user`,
+    the agent runs as that OS user (Tether must run as root): the isolation boundary against an agent
+    that reads files it was not given (see docs/security.md).
+    """
+
+    def __init__(
+        self,
+        template: str,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        user: str | None = None,
+    ) -> None:
         try:
-            self.argv_template = shlex.split(template)
+            parts = shlex.split(template)
         except ValueError as exc:
             raise ValueError(f"cannot parse the agent command {template!r}: {exc}") from None
-        if not self.argv_template:
+        if not parts:
             raise ValueError("the agent command is empty")
+        self.argv_template = [_absolute_if_path(part) for part in parts]
         self.template = template
         self.cwd = cwd
         self.env = dict(env or {})
+        self.user = user
+        if user is not None:
+            _check_user(user)
 
     def argv(self, task: dict[str, Any]) -> list[str]:
         fields = {key: value if isinstance(value, str) else str(value) for key, value in task.items()}
@@ -110,15 +135,33 @@ class CommandAgent:
             argv = self.argv(task)
         except ValueError as exc:
             return AgentResult(None, None, error=str(exc))
+        with self._workdir() as cwd:
+            return await self._run(argv, cwd, env, timeout_s)
+
+    @contextlib.contextmanager
+    def _workdir(self) -> Iterator[str]:
+        if self.cwd is not None:
+            yield self.cwd
+            return
+        scratch = tempfile.mkdtemp(prefix="tether-agent-")
+        try:
+            if self.user is not None:
+                shutil.chown(scratch, user=self.user)
+            yield scratch
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    async def _run(self, argv: list[str], cwd: str, env: Mapping[str, str], timeout_s: float) -> AgentResult:
         try:
             process = await asyncio.create_subprocess_exec(
                 *argv,
-                cwd=self.cwd,
-                env={**os.environ, **self.env, **env},
+                cwd=cwd,
+                env={**agent_environment(os.environ), "PWD": cwd, **self.env, **env},
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 start_new_session=True,  # its own process group, so a timeout kills its children too
+                user=self.user,
             )
         except OSError as exc:
             return AgentResult(None, None, error=f"cannot start {argv[0]!r}: {exc.strerror or exc}")
@@ -147,6 +190,29 @@ class CommandAgent:
             tail = _last_line(stderr) or "no stderr"
             error = f"agent {_exit_reason(code)}: {tail}"
         return AgentResult(_last_line(stdout), code, timed_out, error, stdout, stderr)
+
+
+# Tether's own settings, which name the project (and so its secret) or carry the admin token.
+PRIVATE_VARIABLES = frozenset({"TETHER_TOKEN", "TETHER_STORE", "TETHER_PROJECT_DIR", "TETHER_ADMIN_TOKEN"})
+
+
+def agent_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    return {key: value for key, value in environ.items() if key not in PRIVATE_VARIABLES}
+
+
+def _absolute_if_path(part: str) -> str:
+    if "{" in part or part.startswith("-") or os.path.isabs(part) or not os.path.exists(part):
+        return part
+    return os.path.abspath(part)
+
+
+def _check_user(user: str) -> None:
+    try:
+        pwd.getpwnam(user)
+    except KeyError:
+        raise ValueError(f"--agent-user {user!r}: no such user on this machine") from None
+    if os.geteuid() != 0:
+        raise ValueError("--agent-user needs Tether to run as root (it starts agents as that user)")
 
 
 def _exit_reason(code: int | None) -> str:

@@ -7,6 +7,7 @@ file can never claim the same rollout.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 import time
@@ -18,6 +19,7 @@ from typing import Any
 import orjson
 
 from tether.contracts import Meta
+from tether.filemodes import PRIVATE_DIR, PRIVATE_FILE, make_private
 from tether.store import lifecycle
 from tether.store.base import InvalidTransition, InvalidValue, NotFound, StoreError
 from tether.store.models import (
@@ -136,6 +138,18 @@ def _attempt(row: sqlite3.Row) -> Attempt:
     return Attempt(**{key: row[key] for key in row.keys()})
 
 
+def _create_private(path: Path) -> None:
+    """The database holds every prompt and response: create it readable by its owner only (SQLite's
+    WAL and shared-memory files take its mode), and tighten an existing one."""
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_WRONLY, PRIVATE_FILE))
+    except OSError:
+        return  # not creatable here (read-only place): opening it says why
+    for suffix in ("", "-wal", "-shm"):
+        with suppress(OSError):
+            make_private(path.with_name(path.name + suffix))
+
+
 def _span(row: sqlite3.Row) -> Span:
     return Span(
         seq=row["seq"],
@@ -182,7 +196,8 @@ class SQLiteStore:
         self.path = str(path)
         try:
             if self.path != ":memory:":
-                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+                Path(self.path).parent.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR)
+                _create_private(Path(self.path))
             self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"cannot open store database {self.path}: {exc}") from exc

@@ -1,0 +1,99 @@
+"""Agents cannot read the project's secrets: the state directory and its files are private, an agent
+starts in a scratch directory of its own with an environment that names no project path, and with
+--agent-user it runs as another OS user who cannot read the secret even by its absolute path."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import shutil
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+from tether.project import Project
+from tether.runner import LLM, CommandAgent
+from tether.store import SQLiteStore
+
+LLM_STUB = LLM(base_url="http://127.0.0.1:9/v1", api_key="tro-none")
+PROBE = """
+import json, os, sys
+secret = sys.argv[1]
+try:
+    open(secret).read()
+    readable = True
+except OSError as exc:
+    readable = type(exc).__name__
+print(json.dumps({"cwd": os.getcwd(), "env": sorted(k for k in os.environ if k.startswith("TETHER")),
+                  "secret": readable, "relative": os.path.exists(".tether/secret"), "uid": os.getuid()}))
+"""
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def probe(agent: CommandAgent) -> dict[str, object]:
+    result = asyncio.run(agent.run({}, {"TETHER_ROLLOUT_ID": "ro-1"}, LLM_STUB, 30))
+    assert result.error is None, result.stderr
+    return json.loads(result.output or "{}")
+
+
+def test_state_files_are_private_and_looser_ones_are_tightened(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    project = Project.at(tmp_path)
+    project.write_admin_token(project.authority())
+    SQLiteStore(project.store_path).close()
+    assert mode(project.state_dir) == 0o700
+    assert {mode(p) for p in (project.secret_path, project.admin_token_path, project.store_path)} == {0o600}
+
+    os.chmod(project.secret_path, 0o644)
+    os.chmod(project.store_path, 0o644)
+    os.chmod(project.state_dir, 0o755)
+    with caplog.at_level(logging.WARNING):
+        project.authority()
+        SQLiteStore(project.store_path).close()
+    assert mode(project.secret_path) == 0o600 and mode(project.store_path) == 0o600
+    assert mode(project.state_dir) == 0o700
+    assert sum("tightening" in message for message in caplog.messages) == 3
+
+
+def test_an_agent_starts_in_its_own_scratch_directory_without_project_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project = Project.at(tmp_path)
+    project.authority()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TETHER_TOKEN", "tadm-secret")
+    monkeypatch.setenv("TETHER_PROJECT_DIR", str(tmp_path))
+    (tmp_path / "probe.py").write_text(PROBE)
+    seen = probe(CommandAgent(f"{sys.executable} probe.py {project.secret_path}"))
+    assert seen["cwd"] != str(tmp_path) and not str(seen["cwd"]).startswith(str(tmp_path))
+    assert seen["relative"] is False  # `.tether/secret` from where it starts: not there
+    assert seen["env"] == ["TETHER_ROLLOUT_ID"]
+    assert not Path(str(seen["cwd"])).exists()  # the scratch directory is removed afterwards
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("python3", path="/usr/bin") is None, reason="needs root")
+def test_an_agent_run_as_another_user_cannot_read_the_secret(tmp_path: Path) -> None:
+    project = Project.at(tmp_path)
+    project.authority()
+    script = Path("/tmp") / f"tether-probe-{os.getpid()}.py"
+    script.write_text(PROBE)
+    script.chmod(0o644)
+    try:
+        seen = probe(CommandAgent(f"/usr/bin/python3 {script} {project.secret_path}", user="nobody"))
+    finally:
+        script.unlink()
+    assert seen["uid"] != 0
+    assert seen["secret"] == "PermissionError"
+
+
+def test_an_unknown_agent_user_is_refused_up_front() -> None:
+    with pytest.raises(ValueError, match="no such user"):
+        CommandAgent("true", user="no-such-user-here")
