@@ -31,7 +31,7 @@ class GatewayApp(FastAPI):
         Starlette's router matches it."""
         path: str = scope["path"]
         root: str = scope.get("root_path") or self.root_path
-        if root and path.startswith(root) and path[len(root) : len(root) + 1] == "/":
+        if root and path.startswith(root + "/"):
             return path[len(root) :]
         return path
 
