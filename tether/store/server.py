@@ -22,6 +22,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tether.auth import AuthError, Caller, Refusal, TokenAuthority, authenticate, check_live, find_rollout
 from tether.errors import APIError
+from tether.limits import MAX_BODY_BYTES, MAX_JSON_DEPTH, too_deep
 from tether.store.base import InvalidTransition, InvalidValue, NotFound, Store, StoreAuthError, StoreError
 from tether.store.models import (
     Attempt,
@@ -187,7 +188,8 @@ async def _http_error(request: Request, exc: Exception) -> Response:
         message = f"method {request.method} not allowed on {request.url.path}"
         return _error_response(405, message, "invalid_request_error", "method_not_allowed")
     error_type = "server_error" if exc.status_code >= 500 else "invalid_request_error"
-    response = _error_response(exc.status_code, str(exc.detail), error_type, None)
+    code = exc.code if isinstance(exc, _BodyRefused) else None
+    response = _error_response(exc.status_code, str(exc.detail), error_type, code)
     response.headers.update(exc.headers or {})
     return response
 
@@ -210,12 +212,48 @@ def install_store_error_handlers(app: FastAPI) -> None:
 
 
 class _StrictJSONRequest(Request):
-    """Parses bodies with orjson, which rejects NaN/Infinity and lone surrogates that stdlib json lets in."""
+    """Parses bodies with orjson, which rejects NaN/Infinity and lone surrogates that stdlib json lets in,
+    and refuses bodies larger than MAX_BODY_BYTES or nested deeper than MAX_JSON_DEPTH."""
+
+    async def body(self) -> bytes:
+        if not hasattr(self, "_body"):
+            self._body = await self._bounded_body()
+        return self._body
 
     async def json(self) -> Any:
         if not hasattr(self, "_json"):
-            self._json = orjson.loads(await self.body())
+            raw = await self.body()
+            parsed = orjson.loads(raw)
+            if too_deep(raw, parsed):
+                raise _BodyRefused(400, f"the JSON body nests deeper than {MAX_JSON_DEPTH} levels", "too_deep")
+            self._json = parsed
         return self._json
+
+    async def _bounded_body(self) -> bytes:
+        declared = self.headers.get("content-length")
+        if declared and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+            raise _too_large()
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in self.stream():
+            size += len(chunk)
+            if size > MAX_BODY_BYTES:
+                raise _too_large()
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
+class _BodyRefused(StarletteHTTPException):
+    """Raised while FastAPI reads the body (it lets only HTTP exceptions through from there)."""
+
+    def __init__(self, status: int, message: str, code: str) -> None:
+        super().__init__(status, detail=message)
+        self.code = code
+
+
+def _too_large() -> _BodyRefused:
+    message = f"the request body is larger than the {MAX_BODY_BYTES // 1024} KiB limit"
+    return _BodyRefused(413, message, "request_too_large")
 
 
 class _StrictJSONRoute(APIRoute):
