@@ -79,7 +79,10 @@ def test_an_agent_starts_in_its_own_scratch_directory_without_project_settings(
     assert not Path(str(seen["cwd"])).exists()  # the scratch directory is removed afterwards
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("python3", path="/usr/bin") is None, reason="needs root")
+SYSTEM_PYTHON = shutil.which("python3", path="/usr/bin")
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or SYSTEM_PYTHON is None, reason="needs root and /usr/bin/python3")
 def test_an_agent_run_as_another_user_cannot_read_the_secret(tmp_path: Path) -> None:
     project = Project.at(tmp_path)
     project.authority()

@@ -9,10 +9,15 @@ from tests.rigs import GatewayRig
 from tether.limits import MAX_BODY_BYTES, MAX_JSON_DEPTH
 
 
+def span_body(rollout_id: str, value: str) -> str:
+    span = f'{{"rollout_id":"{rollout_id}","name":"n","start_time":1,"attributes":{{"a":{value}}}}}'
+    return f'{{"spans":[{span}]}}'
+
+
 def test_an_oversize_span_is_refused_before_it_is_read_whole(rig: GatewayRig) -> None:
     rollout_id, _, key = rig.session()
     filler = "x" * (MAX_BODY_BYTES + 1024)
-    body = f'{{"spans":[{{"rollout_id":"{rollout_id}","name":"n","start_time":1,"attributes":{{"a":"{filler}"}}}}]}}'
+    body = span_body(rollout_id, f'"{filler}"')
     response = httpx.post(
         f"{rig.url}/store/spans",
         content=body.encode(),
@@ -28,7 +33,7 @@ def test_a_deeply_nested_body_is_refused_and_a_shallow_one_is_kept(rig: GatewayR
 
     def post(depth: int) -> httpx.Response:
         nested = "[" * depth + "]" * depth
-        body = f'{{"spans":[{{"rollout_id":"{rollout_id}","name":"n","start_time":1,"attributes":{{"a":{nested}}}}}]}}'
+        body = span_body(rollout_id, nested)
         return httpx.post(f"{rig.url}/store/spans", content=body.encode(), headers=headers)
 
     refused = post(1000)

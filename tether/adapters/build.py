@@ -4,9 +4,10 @@ Only token ids recorded by the gateway are used; text is never re-tokenized, bec
 not what the policy saw or sampled.
 
 Which calls: the LLM-call spans (names starting with `llm.`) that the gateway recorded itself (origin
-`gateway`; a call span an agent sent is kept in the store but never trained on) of a rollout, in store insertion order, of its
-last attempt (`attempts="all"` keeps every attempt; a call span with no attempt number counts as the last
-attempt's). With `agents`, a call whose `agent` attribute is not selected is skipped.
+`gateway`; a call span an agent sent is kept in the store but never trained on) of a rollout, in store
+insertion order, of its last attempt (`attempts="all"` keeps every attempt; a call span with no attempt
+number counts as the last attempt's). With `agents`, a call whose `agent` attribute is not selected is
+skipped.
 
 Final reward: the rule of `tether.store.reward_rule` (the last recorded primary reward that is not linked
 to a span, of the transition's attempt or of no attempt, named `reward_name` when given), so training

@@ -225,7 +225,8 @@ class _StrictJSONRequest(Request):
             raw = await self.body()
             parsed = orjson.loads(raw)
             if too_deep(raw, parsed):
-                raise _BodyRefused(400, f"the JSON body nests deeper than {MAX_JSON_DEPTH} levels", "too_deep")
+                message = f"the JSON body nests deeper than {MAX_JSON_DEPTH} levels"
+                raise _BodyRefused(400, message, "too_deep")
             self._json = parsed
         return self._json
 
