@@ -39,6 +39,7 @@ from tether.stack import local_stack
 from tether.store import RolloutRequest, Task
 
 console = Console(stderr=True)
+AGENT_REWARDS: dict[str, bool | None] = {"auto": None, "count": True, "ignore": False}
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -97,6 +98,13 @@ def add_runner_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-attempts", type=int, default=1, help="attempts per rollout (crash, timeout)")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per attempt")
     parser.add_argument(
+        "--agent-rewards",
+        choices=sorted(AGENT_REWARDS),
+        default="auto",
+        help="whether rewards the agent reports itself count as its reward: auto counts them only when "
+        "there is no --reward evaluator (an agent under training must not grade itself)",
+    )
+    parser.add_argument(
         "--no-air",
         action="store_true",
         help="no automatic intermediate rewards (tool errors, truncation, bad JSON)",
@@ -110,6 +118,7 @@ def runner_config(args: argparse.Namespace) -> RunnerConfig:
         n_workers=args.n_workers,
         timeout_s=args.timeout,
         primary_reward=args.primary_reward,
+        agent_rewards=AGENT_REWARDS[args.agent_rewards],
         air=AIRRules.off() if args.no_air else AIRRules(),
     )
 

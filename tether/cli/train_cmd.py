@@ -11,7 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 
 from tether.cli.common import add_store_arg, begin_run, open_cli_store
 from tether.cli.plot_cmd import plot
-from tether.cli.rollout_cmd import add_runner_args, load_inputs
+from tether.cli.rollout_cmd import AGENT_REWARDS, add_runner_args, load_inputs
 from tether.contracts import ALGORITHMS
 from tether.project import Project
 from tether.runner import TaskFileError, load_tasks
@@ -196,6 +196,9 @@ def run(args: argparse.Namespace) -> int:
             async_mode=args.async_mode,
             max_staleness=args.max_staleness,
             seed=args.seed,
+            primary_reward=args.primary_reward,
+            agent_rewards=AGENT_REWARDS[args.agent_rewards],
+            air=not args.no_air,
             policy=policy,
         )
     except ValueError as exc:

@@ -38,7 +38,7 @@ from tether.contracts import ADVANTAGE_METHODS, ALGORITHMS, DEFAULT_ROUTE, Meta
 from tether.gateway import HTTPUpstream, HTTPUpstreamConfig
 from tether.gateway.upstreams import Upstream
 from tether.policy_server import PolicyServer, PolicyServerOptions, PolicyWeights, open_policy_server
-from tether.runner import Runner, RunnerConfig
+from tether.runner import AIRRules, Runner, RunnerConfig
 from tether.runner.agents import Agent
 from tether.runner.rewards import Evaluator
 from tether.runner.runs import RunRecord, cancel_queued
@@ -74,6 +74,9 @@ class TrainerConfig:
     max_staleness: int = 1
     sft_threshold: float = 1.0  # sft: train on rollouts whose reward is at least this
     seed: int = 0
+    primary_reward: str | None = None  # which named reward of an evaluator's dict is the reward
+    agent_rewards: bool | None = None  # agents' own rewards count (None: only without an evaluator)
+    air: bool = True  # automatic intermediate rewards
     engine_threads: int | None = None
     policy_server: str = "builtin"  # a kind registered in tether.policy_server
     learner: str = "local"  # a kind registered in tether.trainer.learner
@@ -181,7 +184,13 @@ class Trainer:
                     agent,
                     stack.endpoints,
                     evaluator,
-                    RunnerConfig(n_workers=config.n_workers, timeout_s=config.timeout_s),
+                    RunnerConfig(
+                        n_workers=config.n_workers,
+                        timeout_s=config.timeout_s,
+                        primary_reward=config.primary_reward,
+                        agent_rewards=config.agent_rewards,
+                        air=AIRRules() if config.air else AIRRules.off(),
+                    ),
                     run=None if self.run is None else self.run.name,
                 )
                 session = _Session(self, server, learner, runner, stack.url, train_tasks, val_tasks)
