@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tether.policy_server.base import PolicyServer, PolicyWeights, WeightsKind
+from tether.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -23,22 +24,13 @@ class PolicyServerOptions:
 
 
 Factory = Callable[[PolicyServerOptions], PolicyServer]
-_SERVERS: dict[str, Factory] = {}
-
-
-def register(kind: str, factory: Factory) -> None:
-    _SERVERS[kind] = factory
-
-
-def kinds() -> list[str]:
-    return sorted(_SERVERS)
+SERVERS: Registry[Factory] = Registry("policy server")
+register = SERVERS.register
+kinds = SERVERS.kinds
 
 
 def open_policy_server(kind: str, options: PolicyServerOptions) -> PolicyServer:
-    factory = _SERVERS.get(kind)
-    if factory is None:
-        raise ValueError(f"unknown policy server {kind!r}: choose one of {', '.join(kinds())}")
-    return factory(options)
+    return SERVERS.get(kind)(options)
 
 
 def _builtin(options: PolicyServerOptions) -> PolicyServer:

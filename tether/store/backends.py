@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from tether.registry import Registry
 from tether.store.base import Store, StoreError
 
 STORE_ENV = "TETHER_STORE"
@@ -35,15 +36,9 @@ class StoreOptions:
 
 
 Factory = Callable[[str, StoreOptions], Store]
-_BACKENDS: dict[str, Factory] = {}
-
-
-def register(scheme: str, factory: Factory) -> None:
-    _BACKENDS[scheme] = factory
-
-
-def schemes() -> list[str]:
-    return sorted(_BACKENDS)
+BACKENDS: Registry[Factory] = Registry("store URL scheme")
+register = BACKENDS.register
+schemes = BACKENDS.kinds
 
 
 def default_store_url(project_dir: str | Path = ".") -> str:
@@ -69,7 +64,7 @@ def open_store(url: str | Path | None = None, options: StoreOptions | None = Non
     options = options or StoreOptions()
     text = str(url) if url is not None else default_store_url(options.project_dir)
     scheme = scheme_of(text)
-    factory = _BACKENDS.get(scheme)
+    factory = BACKENDS.find(scheme)
     if factory is None:
         raise StoreURLError(
             f"unknown store URL scheme {scheme!r} in {text!r}: use a file path, sqlite:///PATH, memory:, "

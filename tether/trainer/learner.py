@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from tether.adapters.transitions import Transition
 from tether.algorithms.advantages import AdvantageBatch, Sample
 from tether.policy_server.base import PolicyWeights
+from tether.registry import Registry
 from tether.trainer.config import TrainConfig
 
 
@@ -46,22 +47,13 @@ class Learner(Protocol):
 
 
 Factory = Callable[[TrainConfig], Learner]
-_LEARNERS: dict[str, Factory] = {}
-
-
-def register(kind: str, factory: Factory) -> None:
-    _LEARNERS[kind] = factory
-
-
-def kinds() -> list[str]:
-    return sorted(_LEARNERS)
+LEARNERS: Registry[Factory] = Registry("learner")
+register = LEARNERS.register
+kinds = LEARNERS.kinds
 
 
 def open_learner(kind: str, config: TrainConfig) -> Learner:
-    factory = _LEARNERS.get(kind)
-    if factory is None:
-        raise ValueError(f"unknown learner {kind!r}: choose one of {', '.join(kinds())}")
-    return factory(config)
+    return LEARNERS.get(kind)(config)
 
 
 def _local(config: TrainConfig) -> Learner:
