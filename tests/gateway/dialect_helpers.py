@@ -1,9 +1,10 @@
-"""What the Responses and Messages API tests share: the one span a call records, and a call made while the
-gateway is paused."""
+"""What the Responses and Messages API tests share: the one span a call records, the spans a call records
+in its own time (an abandoned stream), and a call made while the gateway is paused."""
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -20,6 +21,16 @@ def only_span(rig: GatewayRig, rollout_id: str) -> Span:
     spans = rig.store.query_spans(rollout_id=rollout_id)
     assert len(spans) == 1
     return spans[0]
+
+
+def wait_for_spans(rig: GatewayRig, rollout_id: str, count: int, patience_s: float = 30.0) -> list[Span]:
+    """The rollout's spans once there are `count` (recorded after the client is gone, so not at once)."""
+    deadline = time.monotonic() + patience_s
+    while len(spans := rig.store.query_spans(rollout_id=rollout_id)) < count:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{len(spans)} spans recorded for {rollout_id}, not {count}")
+        time.sleep(0.01)
+    return spans
 
 
 def call_through_pause(rig: GatewayRig, script: Script, call: Callable[[], T]) -> list[T]:

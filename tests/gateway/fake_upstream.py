@@ -1,7 +1,8 @@
 """A scriptable OpenAI-compatible upstream on loopback, for gateway failure and attribution tests.
 
 It answers like a vLLM server: token ids when asked for `return_token_ids`, logprobs when asked.
-`behaviour` controls failures: fail the next N calls with a status, hang, or omit token ids.
+`behaviour` controls failures: fail the next N calls with a status, hang, or omit token ids. A request
+with `"fake_nesting": N` is answered with an extra field nested N levels deep.
 """
 
 from __future__ import annotations
@@ -29,6 +30,14 @@ class Behaviour:
     hang_s: float = 0.0
     with_ids: bool = True
     requests: list[dict[str, Any]] = field(default_factory=list)
+
+
+def nested(depth: int) -> list[object]:
+    """A JSON list `depth` levels deep."""
+    value: list[object] = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
 
 
 def _logprobs(kind: str, count: int) -> dict[str, Any]:
@@ -86,6 +95,8 @@ def create_fake_upstream(behaviour: Behaviour) -> Starlette:
         }
         if ids:
             response["prompt_token_ids"] = PROMPT_IDS
+        if isinstance(body.get("fake_nesting"), int):  # an answer nested deeper than the store can keep
+            response["nested"] = nested(body["fake_nesting"])
         return JSONResponse(response)
 
     async def chat(request: Request) -> Response:

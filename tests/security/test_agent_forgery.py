@@ -112,3 +112,40 @@ def test_one_rollout_cannot_pre_empt_anothers_span_ids(rig: GatewayRig) -> None:
         response = httpx.post(f"{rig.url}/store/spans", json=body, headers={"Authorization": f"Bearer {key}"})
         assert response.status_code == 204
     assert [len(rig.store.query_spans(rollout_id=r)) for r in (first, second)] == [1, 1]
+
+
+FORGED_FIELDS = {"source": "evaluator", "time": 4e9, "primary": True}
+
+
+def test_a_reward_event_with_a_rollout_token_takes_its_provenance_from_the_server(rig: GatewayRig) -> None:
+    rollout_id, base_url, key = live_rollout(rig, agent_rewards=True)
+    headers = {"Authorization": f"Bearer {key}"}
+    root = base_url.removesuffix("/v1")
+    before = time.time()
+    side = {"value": 0.25, "name": "style", **FORGED_FIELDS}
+    assert httpx.post(f"{root}/rewards?primary=1", json=side, headers=headers).status_code == 200
+    event = {"event_type": "reward", "data": {"value": 0.5, **FORGED_FIELDS}}
+    assert httpx.post(f"{root}?primary=true", json=event, headers=headers).status_code == 200
+
+    stored = {reward.name: reward for reward in rig.store.query_rewards(rollout_id)}
+    assert set(stored) == {"style", "reward"}
+    assert all(r.source == Origin.AGENT and before <= r.time < 4e9 for r in stored.values())
+    assert stored["style"].primary is False  # a side metric, whatever the body or the query says
+    assert stored["reward"].primary is True and stored["reward"].value == 0.5
+
+
+def test_a_reward_event_with_the_admin_token_is_kept_as_sent(rig: GatewayRig) -> None:
+    rollout_id, base_url, _ = live_rollout(rig, agent_rewards=False)
+    admin = {"Authorization": f"Bearer {rig.auth.admin_token}"}
+    root = base_url.removesuffix("/v1")
+    sent = {"value": 0.75, "name": "review", "source": "operator", "time": 1234.5, "primary": True}
+    assert httpx.post(f"{root}/rewards", json=sent, headers=admin).status_code == 200
+    flagged = {"value": 0.1, "name": "speed"}
+    assert httpx.post(f"{root}?primary=1", json=flagged, headers=admin).status_code == 200
+
+    stored = {reward.name: reward for reward in rig.store.query_rewards(rollout_id)}
+    review, speed = stored["review"], stored["speed"]
+    assert (review.source, review.time, review.primary) == ("operator", 1234.5, True)
+    assert speed.primary is True and speed.source == Origin.AGENT
+    bad = httpx.post(f"{root}/rewards", json={"value": 1, "primary": "yes"}, headers=admin)
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "primary"

@@ -228,6 +228,13 @@ def _zero_id_protobuf() -> bytes:
     return request.SerializeToString()
 
 
+def _nested_value(depth: int) -> dict[str, Any]:
+    value: dict[str, Any] = {"stringValue": "x"}
+    for _ in range(depth):
+        value = {"arrayValue": {"values": [value]}}
+    return value
+
+
 BAD_PAYLOADS: dict[str, tuple[bytes, str, dict[str, str], str]] = {
     "bad protobuf": (b"\xff\xff\xff\xff", "application/x-protobuf", {}, "invalid OTLP protobuf"),
     "short trace id": (_short_id_protobuf(), "application/x-protobuf", {}, "traceId"),
@@ -257,6 +264,18 @@ BAD_PAYLOADS: dict[str, tuple[bytes, str, dict[str, str], str]] = {
         "tether.attempt",
     ),
     "bad gzip": (b"not gzip at all", "application/json", {"Content-Encoding": "gzip"}, "gzip"),
+    "json nested 1000 deep": (
+        b'{"resourceSpans": ' + b"[" * 1000 + b"]" * 1000 + b"}",
+        "application/json",
+        {},
+        "nests deeper than",
+    ),
+    "an attribute nested too deep": (
+        orjson.dumps(otlp_json(json_span(attributes=[{"key": "deep", "value": _nested_value(40)}]))),
+        "application/json",
+        {},
+        "nests deeper than",
+    ),
 }
 
 
@@ -274,6 +293,18 @@ def test_malformed_payloads_are_refused_and_nothing_is_written(rig: TracingRig, 
     assert message in error["message"]
     assert error["code"]
     assert rig.store.query_spans(rollout_id=rollout_id) == []
+
+
+def test_spans_are_the_agents_whatever_the_token(rig: TracingRig) -> None:
+    rollout_id, token = rig.rollout()
+    path = f"/rollouts/{rollout_id}/v1/traces"
+    # Named and shaped like a model call the gateway records: still the agent's.
+    ids = [{"key": "prompt_token_ids", "value": {"stringValue": "[1, 2]"}}]
+    assert post(rig, path, otlp_json(json_span(name="llm.chat", attributes=ids)), token).status_code == 200
+    admin_span = json_span(CHILD_ID, ROOT_ID)
+    assert post(rig, path, otlp_json(admin_span), rig.auth.admin_token).status_code == 200
+    spans = rig.store.query_spans(rollout_id=rollout_id)
+    assert len(spans) == 2 and {span.origin for span in spans} == {"agent"}
 
 
 def test_admin_spans_without_a_rollout_are_refused(rig: TracingRig) -> None:

@@ -37,7 +37,13 @@ def add_policy_args(parser: argparse.ArgumentParser, default_model: str = "smoll
         action="store_true",
         help="ask --upstream for token ids (vLLM's return_token_ids)",
     )
-    parser.add_argument("--max-batch-size", type=int, default=8, help="built-in engine: requests per batch")
+    parser.add_argument(
+        "--max-batch-size",
+        type=int,
+        default=8,
+        help="built-in engine: requests per batch (a rollout with nothing running may still join a full "
+        "batch, so that no rollout waits behind another's long generations)",
+    )
 
 
 def load_engine(model: str, max_batch_size: int, console: Console) -> TransformersEngine:

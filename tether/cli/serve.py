@@ -13,7 +13,15 @@ from rich.console import Console
 from tether.cli.common import add_policy_args, add_store_arg, open_cli_store, policy_upstream
 from tether.compose import create_app
 from tether.gateway import Gateway, GatewayConfig
-from tether.gateway.server import listen, url_of
+from tether.gateway.caps import DEFAULT_MAX_TOKENS_CAP, DEFAULT_N_CAP
+from tether.gateway.server import (
+    DEFAULT_BODY_TIMEOUT_S,
+    DEFAULT_HEADER_TIMEOUT_S,
+    ClientTimeouts,
+    listen,
+    server_config,
+    url_of,
+)
 from tether.project import Project
 from tether.store.backends import scheme_of
 from tether.store.recovery import DEFAULT_HEARTBEAT_TIMEOUT_S, StaleSweeper
@@ -55,7 +63,50 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="a running attempt whose worker has not heartbeated for this long is timed out and its "
         "rollout requeued (checked at start, so a restart recovers what was running, then periodically)",
     )
+    add_limit_args(parser)
     parser.set_defaults(command_main=run)
+
+
+def add_limit_args(parser: argparse.ArgumentParser) -> None:
+    """What one agent may ask of the server: per-call caps and how long it may take to send a request."""
+    limits = parser.add_argument_group("limits (per request, whoever sends it)")
+    limits.add_argument(
+        "--max-tokens-cap",
+        type=int,
+        default=DEFAULT_MAX_TOKENS_CAP,
+        metavar="N",
+        help="refuse (400) a call asking for more tokens than this: max_tokens, max_completion_tokens, "
+        "Responses max_output_tokens, Messages max_tokens",
+    )
+    limits.add_argument(
+        "--n-cap",
+        type=int,
+        default=DEFAULT_N_CAP,
+        metavar="N",
+        help="refuse (400) a call asking for more choices than this (n, best_of)",
+    )
+    limits.add_argument(
+        "--header-timeout",
+        type=float,
+        default=DEFAULT_HEADER_TIMEOUT_S,
+        metavar="SECONDS",
+        help="close a connection that has not sent a request's headers within this time (0: never)",
+    )
+    limits.add_argument(
+        "--body-timeout",
+        type=float,
+        default=DEFAULT_BODY_TIMEOUT_S,
+        metavar="SECONDS",
+        help="close a connection that has not sent a request's body within this time after its "
+        "headers (0: never)",
+    )
+
+
+def _check_limits(args: argparse.Namespace) -> None:
+    if args.max_tokens_cap < 1 or args.n_cap < 1:
+        raise SystemExit("tether serve: --max-tokens-cap and --n-cap must be at least 1")
+    if args.header_timeout < 0 or args.body_timeout < 0:
+        raise SystemExit("tether serve: --header-timeout and --body-timeout cannot be negative")
 
 
 def parse_routes(items: list[str]) -> dict[str, str]:
@@ -82,6 +133,7 @@ def run(args: argparse.Namespace) -> int:
     routes = parse_routes(args.route)
     if args.heartbeat_timeout <= 0:
         raise SystemExit("tether serve: --heartbeat-timeout must be positive")
+    _check_limits(args)
     if not _is_loopback(args.host):
         # There is no way to turn auth off, so the warning is about exposure, not an open server.
         console.print(
@@ -94,7 +146,8 @@ def run(args: argparse.Namespace) -> int:
     sweeper = StaleSweeper(store, args.heartbeat_timeout)
     authority = project.authority()
     token_path = project.write_admin_token(authority)
-    gateway = Gateway(store, authority, GatewayConfig(routes=routes))
+    config = GatewayConfig(routes=routes, max_tokens_cap=args.max_tokens_cap, n_cap=args.n_cap)
+    gateway = Gateway(store, authority, config)
     gateway.add_upstream(policy_upstream(args, console))
     app = create_app(gateway)
     try:
@@ -104,7 +157,8 @@ def run(args: argparse.Namespace) -> int:
     gateway.config.public_url = url_of(sock, args.host)
     # The socket already listens: an agent started as soon as "ready" is printed just queues briefly.
     _announce(gateway, project, token_path, open_session=not args.no_session)
-    server = uvicorn.Server(uvicorn.Config(app, log_level=args.log_level))
+    timeouts = ClientTimeouts(args.header_timeout, args.body_timeout)
+    server = uvicorn.Server(server_config(app, timeouts=timeouts, log_level=args.log_level))
     sweeper.start()
     try:
         server.run(sockets=[sock])

@@ -69,14 +69,21 @@ class Engine(Protocol):
 
     def decode(self, token_ids: list[int]) -> str: ...
 
-    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> tuple[Generation, int]:
-        """Generate one completion. Returns it with the policy version that produced it."""
+    async def generate(
+        self, prompt_ids: list[int], params: SamplingParams, *, owner: str | None = None
+    ) -> tuple[Generation, int]:
+        """Generate one completion. Returns it with the policy version that produced it.
+
+        `owner` names whom the request is for (the gateway passes the rollout id): an engine shares
+        its batch fairly across owners, so that one owner's long requests do not starve another's.
+        """
         ...
 
     def stream(
-        self, prompt_ids: list[int], params: SamplingParams
+        self, prompt_ids: list[int], params: SamplingParams, *, owner: str | None = None
     ) -> AsyncIterator[GeneratedToken | GenerationDone]:
-        """Generate one completion token by token; the final item is a GenerationDone."""
+        """Generate one completion token by token; the final item is a GenerationDone. `owner` is as
+        for `generate`."""
         ...
 
     async def aload_adapter(self, adapter_path: str, policy_version: int | None = None) -> int:

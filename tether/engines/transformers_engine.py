@@ -6,6 +6,21 @@ with a KV cache. Requests that arrive while a batch runs are prefilled separatel
 the running batch between steps (when the cache layout allows it; otherwise they wait for the
 batch to drain). Tokens go back to each caller's loop with `call_soon_threadsafe`.
 
+Admission is fair across owners (the gateway passes the rollout id), so that one rollout's long
+requests cannot hold another's up for longer than one scheduling step:
+
+- Each owner's requests wait in a FIFO queue of their own and are admitted in the order they arrived.
+- A free slot (the batch holds fewer than `max_batch_size` rows) goes to the waiting owner with the
+  fewest running rows; ties go to the owner whose oldest waiting request arrived first.
+- An owner with nothing running is admitted at the next step even when every slot is taken, as long
+  as fewer than `max_batch_size` owners share the batch: every owner is entitled to one row beyond the
+  slots (so the batch holds at most `2 * max_batch_size - 1` rows). Only when the batch already has
+  `max_batch_size` owners does a newcomer wait for a row to finish; it then goes first.
+
+Requests without an owner share one queue, so a caller that never names one gets FIFO order. Running
+rows are never preempted; a model whose cache cannot be merged into a running batch still waits for
+that batch to drain, and the fair order applies when the next batch starts.
+
 Adapter swaps take the model lock, which the worker holds from the first prefill of a batch until
 its last row finishes, and no new rows are admitted while a swap waits: every generation is
 produced by exactly one policy version.
@@ -14,11 +29,12 @@ produced by exactly one policy version.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import queue
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,13 +70,59 @@ class _Request:
     params: SamplingParams
     loop: asyncio.AbstractEventLoop
     results: asyncio.Queue[Any]
+    owner: str | None = None
     cancelled: bool = False
+    arrival: int = 0  # the worker's count of requests received before this one
 
     def push(self, item: Any) -> None:
         try:
             self.loop.call_soon_threadsafe(self.results.put_nowait, item)
         except RuntimeError:
             self.cancelled = True
+
+
+class _Waiting:
+    """Requests not admitted yet: one FIFO queue per owner, served as the module docstring says."""
+
+    def __init__(self) -> None:
+        self._queues: dict[str | None, deque[_Request]] = {}
+        self._arrivals = itertools.count()
+
+    def __bool__(self) -> bool:
+        return bool(self._queues)
+
+    def add(self, request: _Request) -> None:
+        request.arrival = next(self._arrivals)
+        self._queues.setdefault(request.owner, deque()).append(request)
+
+    def requests(self) -> list[_Request]:
+        return [request for fifo in self._queues.values() for request in fifo]
+
+    def take(self, running: Counter[str | None], rows: int, slots: int) -> list[_Request]:
+        """Pop the requests to admit into a batch of `rows` rows, given each owner's running rows."""
+        admitted: list[_Request] = []
+        while heads := self._heads():
+            head = min(heads, key=lambda request: (running[request.owner], request.arrival))
+            newcomer = running[head.owner] == 0 and len(running) < slots
+            if rows >= slots and not newcomer:
+                break
+            self._queues[head.owner].popleft()
+            admitted.append(head)
+            running[head.owner] += 1
+            rows += 1
+        return admitted
+
+    def _heads(self) -> list[_Request]:
+        """Each owner's oldest live request; cancelled requests and empty queues are dropped."""
+        heads = []
+        for owner, fifo in list(self._queues.items()):
+            while fifo and fifo[0].cancelled:
+                fifo.popleft()
+            if fifo:
+                heads.append(fifo[0])
+            else:
+                del self._queues[owner]
+        return heads
 
 
 @dataclass
@@ -128,7 +190,8 @@ class TransformersEngine:
         self._worker.start()
 
     def _load_model(self, path: Path, dtype: torch.dtype) -> Any:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+        # Seen as a torch module: transformers' `@wraps`-decorated `to` does not type-check as a method.
+        model: torch.nn.Module = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
         return model.to(self.device).eval()
 
     def chat_prompt_ids(
@@ -157,24 +220,29 @@ class TransformersEngine:
         return self._decode_text(ids)
 
     def _decode_text(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        text = self.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        assert isinstance(text, str)  # one list of ids decodes to one string (a batch would give a list)
+        return text
 
-    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> tuple[Generation, int]:
-        async for item in self.stream(prompt_ids, params):
+    async def generate(
+        self, prompt_ids: list[int], params: SamplingParams, *, owner: str | None = None
+    ) -> tuple[Generation, int]:
+        async for item in self.stream(prompt_ids, params, owner=owner):
             if isinstance(item, GenerationDone):
                 return item.generation, item.policy_version
         raise RuntimeError("generation stream ended without a result")
 
     async def stream(
-        self, prompt_ids: list[int], params: SamplingParams
+        self, prompt_ids: list[int], params: SamplingParams, *, owner: str | None = None
     ) -> AsyncIterator[GeneratedToken | GenerationDone]:
         """Async generator of GeneratedToken items, ending with a GenerationDone.
 
-        Closing it early (break, aclose, task cancellation) cancels the request.
+        `owner` (a rollout id) is whom admission is fair across. Closing the generator early (break,
+        aclose, task cancellation) cancels the request.
         """
         prompt = [int(t) for t in prompt_ids]
         self._validate(prompt, params)
-        request = _Request(prompt, params, asyncio.get_running_loop(), asyncio.Queue())
+        request = _Request(prompt, params, asyncio.get_running_loop(), asyncio.Queue(), owner)
         self._requests.put(request)
         if not self._worker.is_alive():
             raise EngineClosedError("engine worker is not running")
@@ -250,7 +318,7 @@ class TransformersEngine:
             self._worker.join()
 
     def _run(self) -> None:
-        pending: deque[_Request] = deque()
+        pending = _Waiting()
         batch: _Batch | None = None
         stopping = False
         while not stopping:
@@ -258,7 +326,7 @@ class TransformersEngine:
                 item = self._requests.get()
                 if item is _STOP:
                     break
-                pending.append(item)
+                pending.add(item)
             stopping = self._drain(pending)
             if stopping:
                 break
@@ -274,10 +342,10 @@ class TransformersEngine:
         if batch is not None:
             self._fail([row.request for row in batch.rows], EngineClosedError("engine closed"))
             self._model_lock.release()
-        self._fail(list(pending), EngineClosedError("engine closed"))
+        self._fail(pending.requests(), EngineClosedError("engine closed"))
         self._fail(self._drain_all(), EngineClosedError("engine closed"))
 
-    def _drain(self, pending: deque[_Request]) -> bool:
+    def _drain(self, pending: _Waiting) -> bool:
         while True:
             try:
                 item = self._requests.get_nowait()
@@ -285,14 +353,14 @@ class TransformersEngine:
                 return False
             if item is _STOP:
                 return True
-            pending.append(item)
+            pending.add(item)
 
     def _drain_all(self) -> list[_Request]:
-        leftovers: deque[_Request] = deque()
+        leftovers = _Waiting()
         self._drain(leftovers)
-        return list(leftovers)
+        return leftovers.requests()
 
-    def _iterate(self, batch: _Batch | None, pending: deque[_Request]) -> _Batch | None:
+    def _iterate(self, batch: _Batch | None, pending: _Waiting) -> _Batch | None:
         """One scheduling step, run under the model lock: admit new rows, decode one token, prune."""
         try:
             with torch.inference_mode():
@@ -306,17 +374,12 @@ class TransformersEngine:
                 self._fail([row.request for row in batch.rows if not row.done], exc)
             return None
 
-    def _admit(self, batch: _Batch | None, pending: deque[_Request]) -> _Batch | None:
-        while pending and pending[0].cancelled:
-            pending.popleft()
+    def _admit(self, batch: _Batch | None, pending: _Waiting) -> _Batch | None:
         if batch is not None and (not batch.reshapeable or self._swap_requested.is_set()):
             return batch
-        room = self.max_batch_size - (len(batch.rows) if batch is not None else 0)
-        admitted: list[_Request] = []
-        while pending and len(admitted) < room:
-            request = pending.popleft()
-            if not request.cancelled:
-                admitted.append(request)
+        rows = batch.rows if batch is not None else []
+        running = Counter(row.request.owner for row in rows if not row.done)
+        admitted = pending.take(running, len(rows), self.max_batch_size)
         if not admitted:
             return batch
         try:

@@ -10,20 +10,23 @@ The model calls are the hot path: `Gateway.serve_call` answers them as plain ASG
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Coroutine
+from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import orjson
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from tether.auth import AuthError, TokenAuthority, authenticate, bearer_token, check_live
 from tether.contracts import Meta
 from tether.gateway.admission import Admission
+from tether.gateway.caps import DEFAULT_MAX_TOKENS_CAP, DEFAULT_N_CAP, check_caps
 from tether.gateway.context import CallContext
 from tether.gateway.dialects import DIALECTS, Dialect, translated_stream
 from tether.gateway.errors import GatewayError, UpstreamError, refused
@@ -31,12 +34,12 @@ from tether.gateway.prompts import apply_prompt_override
 from tether.gateway.recorder import SpanRecorder
 from tether.gateway.rollouts import RolloutCache
 from tether.gateway.spans import call_span
-from tether.gateway.upstreams import CallKind, CallRecord, Upstream, sse
-from tether.store.base import Store, StoreError
+from tether.gateway.upstreams import CallKind, CallRecord, StreamAborted, Upstream, record_of_events, sse
+from tether.limits import MAX_BODY_BYTES, MAX_JSON_DEPTH, too_deep
+from tether.store.base import InvalidValue, Store, StoreError
 from tether.store.models import Rollout, RolloutStatus, Span
 
 DEFAULT_ROUTE = "*"
-MAX_BODY_BYTES = 8 * 1024 * 1024
 CALL_PREFIXES = ("/v1", "/rollouts/{rollout_id}/v1", "/rollouts/{rollout_id}/attempts/{attempt}/v1")
 # What a model-call route serves: a chat or completions call, or another API translated to a chat call.
 RouteKind = Literal["chat", "completions", "responses", "messages"]
@@ -71,6 +74,10 @@ class GatewayConfig:
     max_body_bytes: int = MAX_BODY_BYTES
     hold_limit_s: float = 300.0
     public_url: str = "http://127.0.0.1:8000"
+    # The most tokens (max_tokens, max_completion_tokens, max_output_tokens) and choices (n, best_of)
+    # one call may ask for; above them a call is refused with a 400 (see `tether.gateway.caps`).
+    max_tokens_cap: int = DEFAULT_MAX_TOKENS_CAP
+    n_cap: int = DEFAULT_N_CAP
 
 
 class Gateway:
@@ -172,11 +179,17 @@ class Gateway:
     # -- request bodies -------------------------------------------------------------------------------
 
     async def read_body(self, request: Request) -> dict[str, Any]:
+        """A route's JSON body, refused once it is larger than the limit (not read whole first)."""
+        limit = self.config.max_body_bytes
         self.check_declared_length(request.headers.get("content-length"))
-        raw = await request.body()
-        if len(raw) > self.config.max_body_bytes:
-            raise _too_large(self.config.max_body_bytes)
-        return self.parse_body(raw)
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise _too_large(limit)
+            chunks.append(chunk)
+        return self.parse_body(b"".join(chunks))
 
     def check_declared_length(self, declared: str | None) -> None:
         if declared and declared.isdigit() and int(declared) > self.config.max_body_bytes:
@@ -190,6 +203,12 @@ class Gateway:
             raise GatewayError(400, f"the request body is not valid JSON: {exc}") from None
         if not isinstance(body, dict):
             raise GatewayError(400, "the request body must be a JSON object")
+        # Refused before the model runs: nested near what the store's serializer takes (254 levels), the
+        # call's span, which holds the body, could not be recorded.
+        if too_deep(raw, body):
+            raise GatewayError(
+                400, f"the request body nests deeper than {MAX_JSON_DEPTH} levels", code="too_deep"
+            )
         return body
 
     # -- recording ------------------------------------------------------------------------------------
@@ -197,6 +216,8 @@ class Gateway:
     async def record(self, span: Span) -> None:
         try:
             await self.recorder.record(span)
+        except InvalidValue as exc:
+            raise GatewayError(400, f"the call could not be recorded: {exc}", code="unrecordable") from exc
         except StoreError as exc:
             raise GatewayError(
                 503, f"the call could not be recorded: {exc}", type="server_error", code="store_unavailable"
@@ -251,7 +272,9 @@ class Gateway:
             raw = await _read_body(receive, self.config.max_body_bytes)
             if raw is None:  # the client went away
                 return
-            answer = await self.dispatch(ctx, kind, self.parse_body(raw), started)
+            body = self.parse_body(raw)
+            check_caps(kind, body, self.config.max_tokens_cap, self.config.n_cap)
+            answer = await self.dispatch(ctx, kind, body, started)
         except GatewayError as exc:
             await error_response(kind, exc)(scope, receive, send)
             return
@@ -260,7 +283,7 @@ class Gateway:
             await send({"type": "http.response.start", "status": 200, "headers": headers})
             await send({"type": "http.response.body", "body": answer})
         else:
-            await event_stream(answer)(scope, receive, send)
+            await send_events(answer, receive, send)
 
     def dispatch(
         self, ctx: CallContext, kind: RouteKind, body: dict[str, Any], started: float
@@ -300,7 +323,7 @@ class Gateway:
         try:
             version = upstream.policy_version  # what this call is sent with, should it fail
             try:
-                record = await upstream.call(kind, body)
+                record = await upstream.call(kind, body, owner=ctx.rollout_id)
             except GatewayError as exc:
                 await self.record_failure(ctx, kind, body, upstream, started, exc, version)
                 raise
@@ -314,7 +337,7 @@ class Gateway:
     ) -> AsyncIterator[bytes]:
         await self.admission.acquire()
         version = upstream.policy_version
-        events = upstream.stream(kind, body)
+        events = upstream.stream(kind, body, owner=ctx.rollout_id)
         try:
             first = await anext(events)
         except GatewayError as exc:
@@ -329,7 +352,9 @@ class Gateway:
 
 @dataclass
 class _Relay:
-    """A streamed call on its way to the agent: its events, then its span, then `[DONE]`."""
+    """A streamed call on its way to the agent: its events, then its span, then `[DONE]`. An agent that
+    goes away mid-stream closes the relay at the event it last got: the call is recorded then with what
+    was generated so far, with status `aborted` (see `send_events`)."""
 
     gateway: Gateway
     ctx: CallContext
@@ -343,16 +368,20 @@ class _Relay:
         self, first: bytes | CallRecord, events: AsyncGenerator[bytes | CallRecord, None]
     ) -> AsyncIterator[bytes]:
         gateway, ctx, kind, body = self.gateway, self.ctx, self.kind, self.body
+        relayed: list[bytes] = []  # to rebuild the call from, should the agent go away
         try:
             item = first
-            while True:
-                if isinstance(item, CallRecord):
-                    # The call is on disk before the agent sees the end of the stream.
-                    await gateway.record(call_span(ctx, kind, body, self.upstream.name, self.started, item))
-                    yield b"data: [DONE]\n\n"
-                    return
-                yield item
+            while not isinstance(item, CallRecord):
+                relayed.append(item)
+                try:
+                    yield item
+                except GeneratorExit:
+                    await self._record_abandoned(events, relayed)
+                    raise
                 item = await anext(events)
+            # The call is on disk before the agent sees the end of the stream.
+            await gateway.record(call_span(ctx, kind, body, self.upstream.name, self.started, item))
+            yield b"data: [DONE]\n\n"
         except GatewayError as exc:
             try:
                 await gateway.record_failure(
@@ -365,11 +394,60 @@ class _Relay:
             gateway.admission.release()
             await events.aclose()
 
+    async def _record_abandoned(
+        self, events: AsyncGenerator[bytes | CallRecord, None], relayed: list[bytes]
+    ) -> None:
+        record = await _partial_record(events)
+        if record is None:
+            record = record_of_events(self.kind, relayed, self.policy_version)
+        span = call_span(
+            self.ctx, self.kind, self.body, self.upstream.name, self.started, record, aborted=True
+        )
+        with suppress(GatewayError):  # nobody is left to tell
+            await self.gateway.record(span)
 
-def event_stream(events: AsyncIterator[bytes]) -> StreamingResponse:
-    """Server-sent events, unbuffered by proxies in between."""
-    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-    return StreamingResponse(events, media_type="text/event-stream", headers=headers)
+
+async def _partial_record(events: AsyncGenerator[bytes | CallRecord, None]) -> CallRecord | None:
+    """What an upstream generated before the agent went away, if it can tell (see `StreamAborted`)."""
+    try:
+        answer = await events.athrow(StreamAborted())
+    except Exception:  # it could not: whatever it raised, the relayed events are what is left
+        return None
+    return answer if isinstance(answer, CallRecord) else None
+
+
+SSE_HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),  # unbuffered by proxies in between
+]
+
+
+async def send_events(events: AsyncIterator[bytes], receive: Receive, send: Send) -> None:
+    """Server-sent events, as plain ASGI. An agent that disconnects is noticed at the next event: the
+    stream is closed there, so the relay records what was generated until then and stops the upstream.
+    (Not cancelled mid-step, as Starlette's StreamingResponse would: that would lose the partial call.)"""
+    gone = asyncio.ensure_future(_disconnected(receive))
+    try:
+        await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+        async for chunk in events:
+            if gone.done():
+                break
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        else:
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+    except OSError:  # a server that reports the disconnect on send rather than on receive
+        pass
+    finally:
+        gone.cancel()
+        aclose = getattr(events, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
+async def _disconnected(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
 
 
 async def _read_body(receive: Receive, limit: int) -> bytes | None:

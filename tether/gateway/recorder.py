@@ -4,6 +4,10 @@ Request handlers hand their span to the recorder and await its commit. The event
 one commit at a time runs on a single writer thread, and every span that arrives while it runs goes
 into the next one, as one transaction. So under load many calls share one commit, the loop never
 blocks on the store, and an answered call is always on disk before its answer leaves.
+
+A span the store cannot keep (its content, not the store, is at fault) must not fail the other calls of
+its commit, which may be other rollouts': such a commit is retried span by span, and only that span's
+call fails. Nothing is checked beforehand, so the calls pay nothing for it while all is well.
 """
 
 from __future__ import annotations
@@ -14,10 +18,15 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import suppress
 from dataclasses import dataclass, field
 
-from tether.store.base import Store, StoreError
+from tether.store.base import InvalidValue, Store, StoreError
 from tether.store.models import Span
 
 MAX_BATCH = 1024
+# What a store raises for a value it cannot keep: its own InvalidValue, or the serializer's error as is
+# (orjson's JSONEncodeError is a TypeError; a store client serializes before it sends).
+CONTENT_ERRORS = (InvalidValue, TypeError, ValueError, RecursionError, OverflowError)
+# Per span of a commit: None once committed, else why not. None for the whole commit: all committed.
+Outcomes = list[BaseException | None] | None
 
 
 @dataclass(eq=False)
@@ -71,25 +80,51 @@ class SpanRecorder:
             return
         done.add_done_callback(lambda done: self._committed(batcher, waiters, done))
 
-    def _commit(self, spans: list[Span]) -> None:
-        self._store.add_spans(spans)
-        self.batches += 1
-        self.recorded += len(spans)
+    def _commit(self, spans: list[Span]) -> Outcomes:
+        try:
+            self._store.add_spans(spans)
+        except CONTENT_ERRORS as exc:
+            if len(spans) == 1:
+                return [_unstorable(exc)]
+            return [self._commit_alone(span) for span in spans]
+        self._count(len(spans))
+        return None
 
-    def _committed(self, batcher: _Batcher, waiters: list[asyncio.Future[None]], done: Future[None]) -> None:
+    def _commit_alone(self, span: Span) -> BaseException | None:
+        try:
+            self._store.add_spans([span])
+        except CONTENT_ERRORS as exc:
+            return _unstorable(exc)
+        except StoreError as exc:
+            return exc
+        self._count(1)
+        return None
+
+    def _count(self, spans: int) -> None:
+        self.batches += 1
+        self.recorded += spans
+
+    def _committed(
+        self, batcher: _Batcher, waiters: list[asyncio.Future[None]], done: Future[Outcomes]
+    ) -> None:
         # On the writer thread: one wake-up of the loop per commit, not one per call.
         error = done.exception()
+        outcomes = error if error is not None else done.result()
         try:
-            batcher.loop.call_soon_threadsafe(self._settle, batcher, waiters, error)
+            batcher.loop.call_soon_threadsafe(self._settle, batcher, waiters, outcomes)
         except RuntimeError:  # the loop is closed: nobody is waiting any more
             pass
 
     def _settle(
-        self, batcher: _Batcher, waiters: list[asyncio.Future[None]], error: BaseException | None
+        self,
+        batcher: _Batcher,
+        waiters: list[asyncio.Future[None]],
+        outcomes: Outcomes | BaseException,
     ) -> None:
-        for future in waiters:
+        for index, future in enumerate(waiters):
             if future.done():
                 continue
+            error = outcomes[index] if isinstance(outcomes, list) else outcomes
             if error is None:
                 future.set_result(None)
             else:
@@ -108,3 +143,9 @@ class SpanRecorder:
         self._executor.shutdown(wait=False)
         with suppress(TimeoutError):
             last.result(timeout=10)
+
+
+def _unstorable(error: BaseException) -> InvalidValue:
+    if isinstance(error, InvalidValue):
+        return error
+    return InvalidValue(f"cannot store this span: {type(error).__name__}: {error}")

@@ -1,17 +1,134 @@
 """Run the gateway app with uvicorn: in the foreground (`tether serve`) or in a background thread
-(`tether rollout`, `tether train`, which drive agents from the main thread)."""
+(`tether rollout`, `tether train`, which drive agents from the main thread).
+
+Clients are agents under training, so some are adversaries: a connection that sends its request's
+headers or body slowly (or never) is closed once its timeout is up, and headers larger than
+`MAX_HEADER_BYTES` are refused. uvicorn itself times out only idle keep-alive connections.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 import time
+from asyncio import TimerHandle
+from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, ClassVar, Literal
 
 import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 STARTUP_TIMEOUT_S = 30.0
+DEFAULT_HEADER_TIMEOUT_S = 30.0
+DEFAULT_BODY_TIMEOUT_S = 60.0
+MAX_HEADER_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True)
+class ClientTimeouts:
+    """How long a client may take to send a request's headers (from its first byte, or from connecting),
+    then its body; 0 turns one off. The answer itself takes as long as the call does."""
+
+    header_s: float = DEFAULT_HEADER_TIMEOUT_S
+    body_s: float = DEFAULT_BODY_TIMEOUT_S
+
+
+Phase = Literal["headers", "body"]
+
+
+class TimedHttpProtocol(HttpToolsProtocol):
+    """uvicorn's HTTP protocol, with a deadline on reading each request's headers and then its body."""
+
+    timeouts: ClassVar[ClientTimeouts] = ClientTimeouts()
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        self._deadline: TimerHandle | None = None
+        self._phase: Phase | None = None
+        self._header_bytes: int | None = None  # of the request whose headers are coming in, if one is
+        super().connection_made(transport)
+        self._wait("headers")
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._wait(None)
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self._header_bytes is not None:
+            self._header_bytes += len(data)
+            if self._header_bytes > MAX_HEADER_BYTES:
+                self._refuse(431, b"request headers too large")
+
+    # httptools parser callbacks, and uvicorn's own at the end of each answer
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._header_bytes = 0
+        if self._phase != "headers":  # from a request's first byte, or since the connection opened
+            self._wait("headers")
+
+    def on_headers_complete(self) -> None:
+        self._header_bytes = None
+        super().on_headers_complete()
+        # A pipelined request waits for the one being answered: its body is timed once it starts.
+        self._wait(None if self.pipeline else "body")
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        if self._phase == "body":
+            self._wait(None)  # the answer takes as long as it takes
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete and cycle.more_body:
+            self._wait("body")  # a pipelined request, started now, whose body is still to come
+
+    def _wait(self, phase: Phase | None) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+        self._phase = phase
+        seconds = (
+            0.0 if phase is None else self.timeouts.header_s if phase == "headers" else self.timeouts.body_s
+        )
+        if seconds > 0:
+            self._deadline = asyncio.get_running_loop().call_later(seconds, self._expire)
+
+    def _expire(self) -> None:
+        self._deadline = None
+        if self not in self.connections:  # upgraded to another protocol
+            return
+        if self._phase == "headers":
+            self._refuse(408, b"request headers not received in time")
+        elif not self.transport.is_closing():
+            self.transport.close()  # the app reading the body sees a disconnect
+
+    def _refuse(self, status: int, reason: bytes) -> None:
+        """Answer `status` and close, unless an answer is under way: then just close."""
+        if self.transport.is_closing():
+            return
+        if self.cycle is None or self.cycle.response_complete:
+            phrase = b"Request Timeout" if status == 408 else b"Request Header Fields Too Large"
+            self.transport.write(
+                b"HTTP/1.1 %d %s\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: %d\r\n"
+                b"connection: close\r\n\r\n%s" % (status, phrase, len(reason), reason)
+            )
+        self.transport.close()
+
+
+def timed_protocol(timeouts: ClientTimeouts) -> type[asyncio.Protocol]:
+    return type("TimedHttpProtocol", (TimedHttpProtocol,), {"timeouts": timeouts})
+
+
+def server_config(
+    app: Any, *, timeouts: ClientTimeouts | None = None, log_level: str = "warning", **options: Any
+) -> uvicorn.Config:
+    """uvicorn's config for the gateway app, with the client timeouts."""
+    protocol = timed_protocol(timeouts or ClientTimeouts())
+    return uvicorn.Config(app, log_level=log_level, http=protocol, **options)
 
 
 def listen(host: str, port: int) -> socket.socket:
@@ -38,10 +155,18 @@ def url_of(sock: socket.socket, host: str) -> str:
 class BackgroundServer:
     """`with BackgroundServer(app) as url:` serves the app on loopback from a daemon thread."""
 
-    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning") -> None:
+    def __init__(
+        self,
+        app: Any,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        log_level: str = "warning",
+        timeouts: ClientTimeouts | None = None,
+    ) -> None:
         self.sock = listen(host, port)
         self.url = url_of(self.sock, host)
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level=log_level, timeout_graceful_shutdown=5))
+        config = server_config(app, timeouts=timeouts, log_level=log_level, timeout_graceful_shutdown=5)
+        self.server = uvicorn.Server(config)
         self.thread = threading.Thread(
             target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True, name="tether-gateway"
         )

@@ -13,6 +13,11 @@ from tether.gateway.errors import GatewayError
 from tether.gateway.upstreams import CallKind, CallRecord, ChoiceRecord
 from tether.store.models import Span
 
+# The status of a streamed call's span when the agent went away mid-stream: what was generated until then
+# is recorded (choices without a finish reason), neither "ok" nor "error".
+ABORTED = "aborted"
+ABORTED_MESSAGE = "the agent went away mid-stream: recorded as generated until then"
+
 # Every field of a span, given to `model_construct` so that pydantic evaluates no default factory.
 _SPAN_FIELDS = frozenset(
     {
@@ -37,8 +42,11 @@ def call_span(
     started: float,
     outcome: CallRecord | GatewayError,
     policy_version: int | None = None,
+    *,
+    aborted: bool = False,
 ) -> Span:
-    """The span of a call that ended with `outcome`; `policy_version` is recorded for a failed call."""
+    """The span of a call that ended with `outcome`; `policy_version` is recorded for a failed call.
+    `aborted`: a stream the agent left, whose record is what was generated until then."""
     ended = time.time()
     model = body.get("model")
     attributes: dict[str, Any] = {
@@ -79,8 +87,8 @@ def call_span(
         kind="client",
         start_time=started,
         end_time=ended,
-        status="error" if error else "ok",
-        status_message=error.message if error else None,
+        status="error" if error else ABORTED if aborted else "ok",
+        status_message=error.message if error else ABORTED_MESSAGE if aborted else None,
         attributes=attributes,
         events=[],
         seq=None,

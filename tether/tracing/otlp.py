@@ -48,8 +48,10 @@ from tether.auth import (
     check_live,
     find_rollout,
 )
+from tether.contracts import Origin
 from tether.errors import APIError
-from tether.store.base import Store, StoreError
+from tether.limits import MAX_JSON_DEPTH, too_deep
+from tether.store.base import InvalidValue, Store, StoreError
 from tether.store.models import Rollout, Span, SpanEvent
 
 MAX_BODY_BYTES = 16 * 1024 * 1024
@@ -228,6 +230,8 @@ def _decode_json(data: bytes) -> ExportTraceServiceRequest:
         raise _bad_request(f"malformed JSON body: {exc}", "invalid_json") from None
     if not isinstance(payload, dict):
         raise _bad_request("the JSON body must be an ExportTraceServiceRequest object")
+    if too_deep(data, payload):  # protobuf's JSON parser would recurse past Python's limit
+        raise _bad_request(f"the JSON body nests deeper than {MAX_JSON_DEPTH} levels", "too_deep")
     _ids_to_base64(payload)
     try:
         return json_format.ParseDict(payload, ExportTraceServiceRequest(), ignore_unknown_fields=True)
@@ -350,6 +354,7 @@ def to_span(item: ParsedSpan, rollout_id: str, attempt: int | None) -> Span:
         attributes=_attributes(item, own),
         events=events,
         seq=None,
+        origin=Origin.AGENT,  # whatever the token: only the gateway records model calls it served
     )
 
 
@@ -499,6 +504,8 @@ def create_otlp_router(
             await anyio.to_thread.run_sync(_ingest, store, caller, path_rollout, upload)
         except OTLPError as exc:
             return exc.response()
+        except InvalidValue as exc:
+            return _bad_request(f"the spans cannot be stored: {exc}", "invalid_value").response()
         except StoreError as exc:
             message = f"the spans could not be stored: {exc}"
             return OTLPError(503, message, type="server_error", code="store_unavailable").response()

@@ -8,7 +8,7 @@ as absent: the gateway never re-tokenizes text to invent them.
 from tether.gateway.upstreams.base import CallKind, CallRecord, ChoiceRecord, Upstream
 from tether.gateway.upstreams.engine import EngineUpstream, sampling_params
 from tether.gateway.upstreams.http import HTTPUpstream, HTTPUpstreamConfig, Target
-from tether.gateway.upstreams.sse import sse
+from tether.gateway.upstreams.sse import StreamAborted, record_of_events, sse
 
 __all__ = [
     "CallKind",
@@ -17,8 +17,10 @@ __all__ = [
     "EngineUpstream",
     "HTTPUpstream",
     "HTTPUpstreamConfig",
+    "StreamAborted",
     "Target",
     "Upstream",
+    "record_of_events",
     "sampling_params",
     "sse",
 ]

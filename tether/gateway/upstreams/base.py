@@ -41,10 +41,16 @@ class Upstream(Protocol):
         """The version a call made now would be recorded with."""
         ...
 
-    async def call(self, kind: CallKind, body: dict[str, Any]) -> CallRecord: ...
+    async def call(self, kind: CallKind, body: dict[str, Any], *, owner: str | None = None) -> CallRecord:
+        """Make one call. `owner` is the rollout it is for: an upstream that shares capacity across
+        rollouts (the built-in engine) schedules fairly across owners; others may ignore it."""
+        ...
 
-    def stream(self, kind: CallKind, body: dict[str, Any]) -> AsyncGenerator[bytes | CallRecord, None]:
-        """Yield SSE event bytes for the agent (never the final `[DONE]`), then one CallRecord."""
+    def stream(
+        self, kind: CallKind, body: dict[str, Any], *, owner: str | None = None
+    ) -> AsyncGenerator[bytes | CallRecord, None]:
+        """Yield SSE event bytes for the agent (never the final `[DONE]`), then one CallRecord. `owner`
+        is as for `call`."""
         ...
 
     async def aclose(self) -> None: ...

@@ -144,10 +144,11 @@ class EngineUpstream:
             )
         return prompt_ids, per_choice, plan
 
-    async def call(self, kind: CallKind, body: dict[str, Any]) -> CallRecord:
+    async def call(self, kind: CallKind, body: dict[str, Any], *, owner: str | None = None) -> CallRecord:
         prompt_ids, per_choice, plan = self._prepare(kind, body)
+        generations = (self.engine.generate(prompt_ids, p, owner=owner) for p in per_choice)
         try:
-            results = await asyncio.gather(*(self.engine.generate(prompt_ids, p) for p in per_choice))
+            results = await asyncio.gather(*generations)
         except ValueError as exc:
             raise GatewayError(400, str(exc)) from exc
         choices = [
@@ -224,7 +225,9 @@ class EngineUpstream:
             response["prompt_token_ids"] = prompt_ids
         return response
 
-    async def stream(self, kind: CallKind, body: dict[str, Any]) -> AsyncGenerator[bytes | CallRecord, None]:
+    async def stream(
+        self, kind: CallKind, body: dict[str, Any], *, owner: str | None = None
+    ) -> AsyncGenerator[bytes | CallRecord, None]:
         prompt_ids, per_choice, plan = self._prepare(kind, body)
         if len(per_choice) > 1:
             raise GatewayError(400, "streaming with n > 1 is not supported by the built-in engine", param="n")
@@ -274,7 +277,7 @@ class EngineUpstream:
         version = self.engine.policy_version
         calls = ToolCallStream() if plan.active else None
         try:
-            async for item in self.engine.stream(prompt_ids, params):
+            async for item in self.engine.stream(prompt_ids, params, owner=owner):
                 if isinstance(item, GenerationDone):
                     generation, version = item.generation, item.policy_version
                 elif calls is None:

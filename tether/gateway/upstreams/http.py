@@ -21,7 +21,7 @@ from tether.gateway.upstreams.base import (
     stream_options,
     wants_logprobs,
 )
-from tether.gateway.upstreams.sse import StreamAccumulator, sse, sse_events
+from tether.gateway.upstreams.sse import StreamAborted, StreamAccumulator, sse, sse_events
 
 
 @dataclass
@@ -143,7 +143,8 @@ class HTTPUpstream:
                 choice.pop("prompt_token_ids", None)
         return response
 
-    async def call(self, kind: CallKind, body: dict[str, Any]) -> CallRecord:
+    async def call(self, kind: CallKind, body: dict[str, Any], *, owner: str | None = None) -> CallRecord:
+        # `owner` is not sent: an OpenAI-compatible server has no notion of rollouts to be fair across.
         target = self.target
         response = await self._post(kind, body, target)
         try:
@@ -179,7 +180,9 @@ class HTTPUpstream:
         usage = data.get("usage") or {}
         return CallRecord(self._strip(kind, body, data), choices, prompt_ids, usage, policy_version)
 
-    async def stream(self, kind: CallKind, body: dict[str, Any]) -> AsyncGenerator[bytes | CallRecord, None]:
+    async def stream(
+        self, kind: CallKind, body: dict[str, Any], *, owner: str | None = None
+    ) -> AsyncGenerator[bytes | CallRecord, None]:
         target = self.target
         response = await self._post(kind, body, target)
         acc = StreamAccumulator(kind)
@@ -197,7 +200,11 @@ class HTTPUpstream:
                     continue
                 if not wants_usage:
                     chunk.pop("usage", None)
-                yield sse(self._strip(kind, body, chunk))
+                try:
+                    yield sse(self._strip(kind, body, chunk))
+                except StreamAborted:
+                    response.close()  # the upstream sees its client go away, and stops generating
+                    break
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise UpstreamError(502, f"upstream '{self.name}' broke off its stream: {exc}") from exc
         finally:

@@ -1,5 +1,5 @@
 """Server-sent events: the bytes of one event, and reading an OpenAI-compatible upstream's stream back
-into the whole call it streamed."""
+into the whole call it streamed (or the part of it streamed before the agent went away)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,31 @@ import orjson
 from tether.gateway.upstreams.base import CallKind, CallRecord, ChoiceRecord, int_list, logprob_values
 
 
+class StreamAborted(Exception):
+    """Thrown into an upstream's stream, at the event it yielded last, when the agent has gone away. An
+    upstream that can answers it by stopping generation and yielding the `CallRecord` of what it has
+    generated so far (token ids and logprobs included); one that cannot lets it propagate, and the
+    gateway rebuilds the call from the events it relayed."""
+
+
 def sse(payload: dict[str, Any]) -> bytes:
     return b"data: " + orjson.dumps(payload) + b"\n\n"
+
+
+def record_of_events(kind: CallKind, events: list[bytes], policy_version: int | None) -> CallRecord:
+    """The call as far as the relayed events tell it (ids and logprobs only where the agent asked)."""
+    acc = StreamAccumulator(kind)
+    for event in events:
+        for line in event.split(b"\n"):
+            if not line.startswith(b"data:"):
+                continue
+            try:
+                chunk = orjson.loads(line[5:])
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(chunk, dict):
+                acc.add(chunk)
+    return acc.record(policy_version)
 
 
 async def sse_events(response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:

@@ -1,0 +1,83 @@
+"""Per-request caps: a call asking for more tokens or choices than the gateway allows is refused with a
+400 that names the field and the cap, before the model runs; at the cap it is served."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from tests.rigs import GatewayRig
+from tether.gateway.caps import DEFAULT_MAX_TOKENS_CAP, DEFAULT_N_CAP
+
+CHAT = {"model": "policy", "messages": [{"role": "user", "content": "hi"}]}
+ROUTES: dict[str, dict[str, Any]] = {
+    "chat/completions": CHAT,
+    "completions": {"model": "policy", "prompt": "hi"},
+    "responses": {"model": "policy", "input": "hi"},
+    "messages": {**CHAT, "max_tokens": 16},
+}
+OVER_CAP = [
+    ("chat/completions", "max_tokens", 10**9, DEFAULT_MAX_TOKENS_CAP),
+    ("chat/completions", "max_tokens", 1e9, DEFAULT_MAX_TOKENS_CAP),
+    ("chat/completions", "max_completion_tokens", DEFAULT_MAX_TOKENS_CAP + 1, DEFAULT_MAX_TOKENS_CAP),
+    ("chat/completions", "n", DEFAULT_N_CAP + 1, DEFAULT_N_CAP),
+    ("completions", "max_tokens", DEFAULT_MAX_TOKENS_CAP + 1, DEFAULT_MAX_TOKENS_CAP),
+    ("completions", "n", 16, DEFAULT_N_CAP),
+    ("completions", "best_of", 16, DEFAULT_N_CAP),
+    ("responses", "max_output_tokens", DEFAULT_MAX_TOKENS_CAP + 1, DEFAULT_MAX_TOKENS_CAP),
+    ("messages", "max_tokens", DEFAULT_MAX_TOKENS_CAP + 1, DEFAULT_MAX_TOKENS_CAP),
+]
+
+
+def post(rig: GatewayRig, route: str, body: dict[str, Any]) -> tuple[str, httpx.Response]:
+    rollout_id, base_url, key = rig.session()
+    return rollout_id, httpx.post(
+        f"{base_url}/{route}", json=body, headers={"Authorization": f"Bearer {key}"}
+    )
+
+
+def error_message(response: httpx.Response) -> str:
+    return str(response.json()["error"]["message"])
+
+
+@pytest.mark.parametrize(("route", "name", "value", "cap"), OVER_CAP)
+def test_a_call_over_a_cap_is_refused_naming_the_field_and_the_cap(
+    rig: GatewayRig, route: str, name: str, value: float, cap: int
+) -> None:
+    rollout_id, response = post(rig, route, {**ROUTES[route], name: value})
+    assert response.status_code == 400, response.text
+    message = error_message(response)
+    assert f"'{name}'" in message and str(cap) in message
+    if route != "messages":  # Anthropic's error shape has no param or code
+        error = response.json()["error"]
+        assert error["param"] == name and error["code"] == "integer_above_max_value"
+    assert rig.behaviour.requests == [] and rig.store.query_spans(rollout_id=rollout_id) == []
+
+
+def test_a_call_at_the_caps_is_served(rig: GatewayRig) -> None:
+    body = {**CHAT, "max_tokens": DEFAULT_MAX_TOKENS_CAP, "n": DEFAULT_N_CAP}
+    rollout_id, response = post(rig, "chat/completions", body)
+    assert response.status_code == 200, response.text
+    assert rig.behaviour.requests[0]["max_tokens"] == DEFAULT_MAX_TOKENS_CAP
+    assert len(rig.store.query_spans(rollout_id=rollout_id)) == 1
+
+
+def test_the_caps_are_the_gateways_config(rig: GatewayRig) -> None:
+    rig.gateway.config.max_tokens_cap, rig.gateway.config.n_cap = 100, 2
+    _, base_url, key = rig.session()
+    llm = openai.OpenAI(base_url=base_url, api_key=key, max_retries=0)
+    with pytest.raises(openai.BadRequestError, match="cap of 100"):
+        llm.chat.completions.create(**CHAT, max_tokens=101)
+    with pytest.raises(openai.BadRequestError, match="cap of 2"):
+        llm.chat.completions.create(**CHAT, n=3)
+    llm.chat.completions.create(**CHAT, max_tokens=100, n=2)
+    assert len(rig.behaviour.requests) == 1
+
+
+def test_values_of_the_wrong_type_are_left_to_the_upstream(rig: GatewayRig) -> None:
+    # The caps judge numbers only: the engine (or the upstream) says what is wrong with the rest.
+    _, response = post(rig, "chat/completions", {**CHAT, "max_tokens": "lots"})
+    assert response.status_code == 200 and rig.behaviour.requests[0]["max_tokens"] == "lots"

@@ -1,0 +1,39 @@
+"""Per-request caps: how much one model call may ask for. An agent under training is an adversary, and one
+call asking for a billion tokens or dozens of choices would take the engine from every other rollout; so
+such a call is refused up front with a 400 that names the field and the cap, never silently cut."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tether.gateway.errors import GatewayError
+
+DEFAULT_MAX_TOKENS_CAP = 4096
+DEFAULT_N_CAP = 8
+
+# The capped fields of each model-call route, in the route's own API: (field, which cap).
+CAPPED_FIELDS: dict[str, tuple[tuple[str, str], ...]] = {
+    "chat": (("max_tokens", "tokens"), ("max_completion_tokens", "tokens"), ("n", "choices")),
+    "completions": (("max_tokens", "tokens"), ("n", "choices"), ("best_of", "choices")),
+    "responses": (("max_output_tokens", "tokens"),),
+    "messages": (("max_tokens", "tokens"),),
+}
+CAP_OPTIONS = {"tokens": "--max-tokens-cap", "choices": "--n-cap"}
+
+
+def check_caps(kind: str, body: dict[str, Any], max_tokens: int, n: int) -> None:
+    """Refuse a request whose token or choice count is above its cap. A value of the wrong type is left
+    to the upstream's own checks."""
+    for name, cap_kind in CAPPED_FIELDS[kind]:
+        value = body.get(name)
+        if value is None or isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        cap = max_tokens if cap_kind == "tokens" else n
+        if value > cap:
+            raise GatewayError(
+                400,
+                f"'{name}' is {value}, above this gateway's cap of {cap} (set with tether serve "
+                f"{CAP_OPTIONS[cap_kind]})",
+                code="integer_above_max_value",
+                param=name,
+            )
