@@ -9,11 +9,14 @@ from pathlib import Path
 
 import httpx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.gateway.fake_upstream import nested
 from tests.rigs import GatewayRig
 from tether.gateway.recorder import SpanRecorder
-from tether.limits import MAX_JSON_DEPTH
+from tether.gateway.request_checks import nests_deeper
+from tether.limits import MAX_JSON_DEPTH, json_depth
 from tether.store import SQLiteStore
 from tether.store.base import InvalidValue
 from tether.store.models import Span
@@ -62,6 +65,19 @@ def test_the_deepest_body_allowed_is_answered_and_recorded(rig: GatewayRig) -> N
     assert response.status_code == 200, response.text
     [span] = rig.store.query_spans(rollout_id=rollout_id)
     assert span.attributes["request"]["x"] == nested(MAX_JSON_DEPTH - 1)
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=3),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=2), inner, max_size=3),
+    max_leaves=40,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(JSON, st.integers(min_value=0, max_value=8))
+def test_the_gateways_depth_check_counts_as_the_shared_limit_does(value: object, limit: int) -> None:
+    assert nests_deeper(value, limit) == (json_depth(value, limit) > limit)
 
 
 async def traffic(rig: GatewayRig, calls: int) -> tuple[list[httpx.Response], list[httpx.Response]]:

@@ -13,7 +13,7 @@ from rich.console import Console
 from tether.cli.common import add_policy_args, add_store_arg, open_cli_store, policy_upstream
 from tether.compose import create_app
 from tether.gateway import Gateway, GatewayConfig
-from tether.gateway.caps import DEFAULT_MAX_TOKENS_CAP, DEFAULT_N_CAP
+from tether.gateway.request_checks import DEFAULT_MAX_TOKENS_CAP, DEFAULT_N_CAP
 from tether.gateway.server import (
     DEFAULT_BODY_TIMEOUT_S,
     DEFAULT_HEADER_TIMEOUT_S,

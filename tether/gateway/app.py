@@ -26,16 +26,16 @@ from starlette.types import Receive, Scope, Send
 from tether.auth import AuthError, TokenAuthority, authenticate, bearer_token, check_live
 from tether.contracts import Meta
 from tether.gateway.admission import Admission
-from tether.gateway.caps import DEFAULT_MAX_TOKENS_CAP, DEFAULT_N_CAP, check_caps
 from tether.gateway.context import CallContext
 from tether.gateway.dialects import DIALECTS, Dialect, translated_stream
 from tether.gateway.errors import GatewayError, UpstreamError, refused
 from tether.gateway.prompts import apply_prompt_override
 from tether.gateway.recorder import SpanRecorder
+from tether.gateway.request_checks import DEFAULT_MAX_TOKENS_CAP, DEFAULT_N_CAP, check_caps, check_depth
 from tether.gateway.rollouts import RolloutCache
 from tether.gateway.spans import call_span
 from tether.gateway.upstreams import CallKind, CallRecord, StreamAborted, Upstream, record_of_events, sse
-from tether.limits import MAX_BODY_BYTES, MAX_JSON_DEPTH, too_deep
+from tether.limits import MAX_BODY_BYTES
 from tether.store.base import InvalidValue, Store, StoreError
 from tether.store.models import Rollout, RolloutStatus, Span
 
@@ -75,7 +75,7 @@ class GatewayConfig:
     hold_limit_s: float = 300.0
     public_url: str = "http://127.0.0.1:8000"
     # The most tokens (max_tokens, max_completion_tokens, max_output_tokens) and choices (n, best_of)
-    # one call may ask for; above them a call is refused with a 400 (see `tether.gateway.caps`).
+    # one call may ask for; above them a call is refused with a 400 (see `tether.gateway.request_checks`).
     max_tokens_cap: int = DEFAULT_MAX_TOKENS_CAP
     n_cap: int = DEFAULT_N_CAP
 
@@ -203,12 +203,7 @@ class Gateway:
             raise GatewayError(400, f"the request body is not valid JSON: {exc}") from None
         if not isinstance(body, dict):
             raise GatewayError(400, "the request body must be a JSON object")
-        # Refused before the model runs: nested near what the store's serializer takes (254 levels), the
-        # call's span, which holds the body, could not be recorded.
-        if too_deep(raw, body):
-            raise GatewayError(
-                400, f"the request body nests deeper than {MAX_JSON_DEPTH} levels", code="too_deep"
-            )
+        check_depth(raw, body)
         return body
 
     # -- recording ------------------------------------------------------------------------------------

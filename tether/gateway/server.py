@@ -39,7 +39,10 @@ Phase = Literal["headers", "body"]
 
 
 class TimedHttpProtocol(HttpToolsProtocol):
-    """uvicorn's HTTP protocol, with a deadline on reading each request's headers and then its body."""
+    """uvicorn's HTTP protocol, with a deadline on reading each request's headers and then its body.
+
+    The parser's callbacks move the phase; the deadline is armed once the data at hand is parsed, so a
+    request that arrives whole (the usual case) never arms one."""
 
     timeouts: ClassVar[ClientTimeouts] = ClientTimeouts()
 
@@ -48,10 +51,11 @@ class TimedHttpProtocol(HttpToolsProtocol):
         self._phase: Phase | None = None
         self._header_bytes: int | None = None  # of the request whose headers are coming in, if one is
         super().connection_made(transport)
-        self._wait("headers")
+        self._enter("headers")  # from the moment it connects
+        self._arm()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._wait(None)
+        self._enter(None)
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -60,42 +64,46 @@ class TimedHttpProtocol(HttpToolsProtocol):
             self._header_bytes += len(data)
             if self._header_bytes > MAX_HEADER_BYTES:
                 self._refuse(431, b"request headers too large")
+        self._arm()
 
     # httptools parser callbacks, and uvicorn's own at the end of each answer
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._header_bytes = 0
-        if self._phase != "headers":  # from a request's first byte, or since the connection opened
-            self._wait("headers")
+        if self._phase != "headers":  # from the request's first byte (or since the connection opened)
+            self._enter("headers")
 
     def on_headers_complete(self) -> None:
         self._header_bytes = None
         super().on_headers_complete()
         # A pipelined request waits for the one being answered: its body is timed once it starts.
-        self._wait(None if self.pipeline else "body")
+        self._enter(None if self.pipeline else "body")
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
         if self._phase == "body":
-            self._wait(None)  # the answer takes as long as it takes
+            self._enter(None)  # the answer takes as long as it takes
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
         cycle = self.cycle
         if cycle is not None and not cycle.response_complete and cycle.more_body:
-            self._wait("body")  # a pipelined request, started now, whose body is still to come
+            self._enter("body")  # a pipelined request, started now, whose body is still to come
+            self._arm()
 
-    def _wait(self, phase: Phase | None) -> None:
+    def _enter(self, phase: Phase | None) -> None:
         if self._deadline is not None:
             self._deadline.cancel()
             self._deadline = None
         self._phase = phase
-        seconds = (
-            0.0 if phase is None else self.timeouts.header_s if phase == "headers" else self.timeouts.body_s
-        )
+
+    def _arm(self) -> None:
+        if self._phase is None or self._deadline is not None or self.transport.is_closing():
+            return
+        seconds = self.timeouts.header_s if self._phase == "headers" else self.timeouts.body_s
         if seconds > 0:
-            self._deadline = asyncio.get_running_loop().call_later(seconds, self._expire)
+            self._deadline = self.loop.call_later(seconds, self._expire)
 
     def _expire(self) -> None:
         self._deadline = None
