@@ -15,7 +15,7 @@ from tests.gateway.scripted_upstream import PROMPT_IDS, Script, scripted_rig
 from tests.rigs import GatewayRig
 from tether.gateway.spans import ABORTED
 
-TOKENS = 200
+TOKENS = 500  # 10 s of stream at 20 ms a token: the client is gone long before its end
 
 
 @pytest.fixture
