@@ -17,6 +17,12 @@ def is_call_span(name: str) -> bool:
     return name.startswith(LLM_SPAN_PREFIX)
 
 
+class SpanStatus:
+    OK: Final = "ok"
+    ERROR: Final = "error"
+    ABORTED: Final = "aborted"  # a stream the agent left: recorded as generated until then
+
+
 class Origin:
     """Who recorded a span, or who gave a reward (`Reward.source`)."""
 

@@ -7,10 +7,17 @@ the levels a span adds around a request it records.
 
 from __future__ import annotations
 
+import threading
+from dataclasses import dataclass
 from typing import Any
+
+import orjson
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
 MAX_JSON_DEPTH = 64
+# What the store API accepts: a stored body wraps a recorded request in a few more levels
+# ({"spans": [{"attributes": {"request": ...}}]}).
+MAX_STORED_JSON_DEPTH = MAX_JSON_DEPTH + 8
 
 
 def brackets_allow_depth(raw: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
@@ -38,4 +45,71 @@ def json_depth(value: Any, limit: int = MAX_JSON_DEPTH) -> int:
 
 
 def too_deep(raw: bytes, parsed: Any, limit: int = MAX_JSON_DEPTH) -> bool:
-    return not brackets_allow_depth(raw, limit) and json_depth(parsed, limit) > limit
+    """Whether the body `raw` (parsed as `parsed`) nests deeper than `limit`: a bracket count first, and
+    only past it a check at C speed."""
+    return not few_brackets(raw, limit) and nests_deeper(parsed, limit)
+
+
+def _serializer_depth() -> int:
+    """The deepest nesting orjson serializes (254 today); it refuses anything deeper."""
+    value: list[Any] = []
+    depth = 1
+    while depth < 10_000:
+        try:
+            orjson.dumps([value])
+        except orjson.JSONEncodeError:
+            break
+        value, depth = [value], depth + 1
+    return depth
+
+
+SERIALIZER_DEPTH = _serializer_depth()
+
+
+@dataclass
+class _Wrapping:
+    """Lists nested `levels` deep, whose innermost holds the value being checked."""
+
+    outer: list[Any]
+    inner: list[Any]
+
+    @classmethod
+    def of(cls, levels: int) -> _Wrapping:
+        inner: list[Any] = [None]
+        outer = inner
+        for _ in range(levels - 1):
+            outer = [outer]
+        return cls(outer, inner)
+
+
+_wrappings = threading.local()  # one per thread and depth: filled in place, so not shared
+
+
+def few_brackets(raw: bytes, limit: int) -> bool:
+    """`brackets_allow_depth`, braces first: past the limit in a long conversation's
+    objects, the second scan of the body is skipped."""
+    braces = raw.count(b"{")
+    return braces <= limit and braces + raw.count(b"[") <= limit
+
+
+def nests_deeper(value: Any, limit: int) -> bool:
+    """Whether a parsed JSON value nests deeper than `limit` levels (as `json_depth`
+    counts them). orjson serializes the value inside `SERIALIZER_DEPTH - limit` levels of lists, and
+    refuses exactly then: at C speed, where a walk in Python costs ~100 ns a value (a long agent
+    conversation has hundreds)."""
+    levels = SERIALIZER_DEPTH - limit
+    if levels < 1:
+        return json_depth(value, limit) > limit
+    cache: dict[int, _Wrapping] | None = getattr(_wrappings, "by_levels", None)
+    if cache is None:
+        cache = _wrappings.by_levels = {}
+    wrapping = cache.get(levels) or cache.setdefault(levels, _Wrapping.of(levels))
+    wrapping.inner[0] = value
+    try:
+        orjson.dumps(wrapping.outer)
+    except orjson.JSONEncodeError:
+        # Nested too deep, as a parsed body is when it fails; any other value is told by walking it.
+        return json_depth(value, limit) > limit
+    finally:
+        wrapping.inner[0] = None
+    return False

@@ -256,3 +256,14 @@ def test_summary_names_counts_and_reasons(store: SQLiteStore) -> None:
     summary = build_transitions(store, [rollout]).summary()
     assert summary.startswith("1 transitions (3 trained tokens) from 2 LLM calls in 1 rollouts")
     assert "calls skipped: missing_token_ids 1" in summary
+
+
+def test_an_aborted_stream_is_kept_in_the_store_but_not_trained_on(store: SQLiteStore) -> None:
+    rollout = running_rollout(store)
+    whole = call_span(rollout.id, P1, R1)
+    partial = call_span(rollout.id, P1, R1[:1]).model_copy(update={"status": "aborted"})
+    store.add_spans([partial, whole])
+    store.add_rewards([reward(rollout.id, 1.0)])
+    report = build_transitions(store, [rollout])
+    assert [t.response_ids for t in report.transitions] == [R1]
+    assert report.skipped["aborted_call"] == 1

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tether.adapters.transitions import Transition
-from tether.contracts import AGENT_NAME_ATTRIBUTES, AgentSource, CallAttr, Origin, is_call_span
+from tether.contracts import AGENT_NAME_ATTRIBUTES, AgentSource, CallAttr, Origin, SpanStatus, is_call_span
 from tether.store.base import Store
 from tether.store.models import Reward, Rollout, Span
 from tether.store.reward_rule import agent_rewards_count, final_reward
@@ -331,8 +331,10 @@ def _chains(
 def _read_call(span: Span, index: int, attempt: int | None, agents: _AgentFilter, choice: int) -> _Call | str:
     """The call's ids and logprobs, or why it cannot become a transition."""
     attrs: dict[str, Any] = span.attributes
-    if span.status == "error" or "error" in attrs:
+    if span.status == SpanStatus.ERROR or CallAttr.ERROR in attrs:
         return "failed_call"
+    if span.status == SpanStatus.ABORTED:
+        return "aborted_call"  # the agent never saw the whole answer: no reward speaks for it
     agent = attrs.get(CallAttr.AGENT)
     if not agents.selects(agent):
         return "agent_not_selected"

@@ -7,7 +7,14 @@ import random
 import time
 from typing import Any
 
-from tether.contracts import CALL_SPAN_NAMES, CHOICE_TOOL_PARSE_ERROR, AgentSource, CallAttr, Origin
+from tether.contracts import (
+    CALL_SPAN_NAMES,
+    CHOICE_TOOL_PARSE_ERROR,
+    AgentSource,
+    CallAttr,
+    Origin,
+    SpanStatus,
+)
 from tether.gateway.context import CallContext
 from tether.gateway.errors import GatewayError
 from tether.gateway.upstreams import CallKind, CallRecord, ChoiceRecord
@@ -15,7 +22,7 @@ from tether.store.models import Span
 
 # The status of a streamed call's span when the agent went away mid-stream: what was generated until then
 # is recorded (choices without a finish reason), neither "ok" nor "error".
-ABORTED = "aborted"
+ABORTED = SpanStatus.ABORTED
 ABORTED_MESSAGE = "the agent went away mid-stream: recorded as generated until then"
 
 # Every field of a span, given to `model_construct` so that pydantic evaluates no default factory.

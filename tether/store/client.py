@@ -11,7 +11,7 @@ import httpx
 import orjson
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from tether.store.base import InvalidTransition, NotFound, StoreAuthError, StoreError
+from tether.store.base import InvalidTransition, InvalidValue, NotFound, StoreAuthError, StoreError
 from tether.store.models import (
     Attempt,
     Claim,
@@ -72,6 +72,8 @@ def _raise_for_status(response: httpx.Response) -> None:
         raise _not_found(response, code, param)
     if status == 409:
         raise InvalidTransition(message)
+    if status in (400, 413):  # the store refused this value: the caller's, not the store's, failure
+        raise InvalidValue(message)
     if status in (401, 403):
         raise StoreAuthError(message, status)
     raise StoreError(f"store request {response.request.method} {response.request.url.path} failed: {message}")

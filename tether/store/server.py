@@ -22,7 +22,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tether.auth import AuthError, Caller, Refusal, TokenAuthority, authenticate, check_live, find_rollout
 from tether.errors import APIError
-from tether.limits import MAX_BODY_BYTES, MAX_JSON_DEPTH, too_deep
+from tether.limits import MAX_BODY_BYTES, MAX_STORED_JSON_DEPTH, too_deep
 from tether.store.base import InvalidTransition, InvalidValue, NotFound, Store, StoreAuthError, StoreError
 from tether.store.models import (
     Attempt,
@@ -224,8 +224,8 @@ class _StrictJSONRequest(Request):
         if not hasattr(self, "_json"):
             raw = await self.body()
             parsed = orjson.loads(raw)
-            if too_deep(raw, parsed):
-                message = f"the JSON body nests deeper than {MAX_JSON_DEPTH} levels"
+            if too_deep(raw, parsed, MAX_STORED_JSON_DEPTH):
+                message = f"the JSON body nests deeper than {MAX_STORED_JSON_DEPTH} levels"
                 raise _BodyRefused(400, message, "too_deep")
             self._json = parsed
         return self._json
