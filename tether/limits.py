@@ -12,12 +12,34 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
+from starlette.requests import Request
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
 MAX_JSON_DEPTH = 64
 # What the store API accepts: a stored body wraps a recorded request in a few more levels
 # ({"spans": [{"attributes": {"request": ...}}]}).
 MAX_STORED_JSON_DEPTH = MAX_JSON_DEPTH + 8
+
+
+class BodyTooLarge(Exception):
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"the request body is larger than the {limit // 1024} KiB limit")
+        self.limit = limit
+
+
+async def read_bounded(request: Request, limit: int = MAX_BODY_BYTES) -> bytes:
+    """The request's body, refused (BodyTooLarge) as soon as it passes `limit`, never read whole first."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise BodyTooLarge(limit)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge(limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def brackets_allow_depth(raw: bytes, limit: int = MAX_JSON_DEPTH) -> bool:

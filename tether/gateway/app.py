@@ -35,7 +35,7 @@ from tether.gateway.request_checks import DEFAULT_MAX_TOKENS_CAP, DEFAULT_N_CAP,
 from tether.gateway.rollouts import RolloutCache
 from tether.gateway.spans import call_span
 from tether.gateway.upstreams import CallKind, CallRecord, StreamAborted, Upstream, record_of_events, sse
-from tether.limits import MAX_BODY_BYTES
+from tether.limits import MAX_BODY_BYTES, BodyTooLarge, read_bounded
 from tether.store.base import InvalidValue, Store, StoreError
 from tether.store.models import Rollout, RolloutStatus, Span
 
@@ -181,15 +181,10 @@ class Gateway:
     async def read_body(self, request: Request) -> dict[str, Any]:
         """A route's JSON body, refused once it is larger than the limit (not read whole first)."""
         limit = self.config.max_body_bytes
-        self.check_declared_length(request.headers.get("content-length"))
-        chunks: list[bytes] = []
-        size = 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise _too_large(limit)
-            chunks.append(chunk)
-        return self.parse_body(b"".join(chunks))
+        try:
+            return self.parse_body(await read_bounded(request, limit))
+        except BodyTooLarge:
+            raise _too_large(limit) from None
 
     def check_declared_length(self, declared: str | None) -> None:
         if declared and declared.isdigit() and int(declared) > self.config.max_body_bytes:

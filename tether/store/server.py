@@ -22,7 +22,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tether.auth import AuthError, Caller, Refusal, TokenAuthority, authenticate, check_live, find_rollout
 from tether.errors import APIError
-from tether.limits import MAX_BODY_BYTES, MAX_STORED_JSON_DEPTH, too_deep
+from tether.limits import MAX_BODY_BYTES, MAX_STORED_JSON_DEPTH, BodyTooLarge, read_bounded, too_deep
 from tether.store.base import InvalidTransition, InvalidValue, NotFound, Store, StoreAuthError, StoreError
 from tether.store.models import (
     Attempt,
@@ -217,7 +217,10 @@ class _StrictJSONRequest(Request):
 
     async def body(self) -> bytes:
         if not hasattr(self, "_body"):
-            self._body = await self._bounded_body()
+            try:
+                self._body = await read_bounded(self, MAX_BODY_BYTES)
+            except BodyTooLarge as exc:
+                raise _BodyRefused(413, str(exc), "request_too_large") from None
         return self._body
 
     async def json(self) -> Any:
@@ -230,19 +233,6 @@ class _StrictJSONRequest(Request):
             self._json = parsed
         return self._json
 
-    async def _bounded_body(self) -> bytes:
-        declared = self.headers.get("content-length")
-        if declared and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
-            raise _too_large()
-        chunks: list[bytes] = []
-        size = 0
-        async for chunk in self.stream():
-            size += len(chunk)
-            if size > MAX_BODY_BYTES:
-                raise _too_large()
-            chunks.append(chunk)
-        return b"".join(chunks)
-
 
 class _BodyRefused(StarletteHTTPException):
     """Raised while FastAPI reads the body (it lets only HTTP exceptions through from there)."""
@@ -250,11 +240,6 @@ class _BodyRefused(StarletteHTTPException):
     def __init__(self, status: int, message: str, code: str) -> None:
         super().__init__(status, detail=message)
         self.code = code
-
-
-def _too_large() -> _BodyRefused:
-    message = f"the request body is larger than the {MAX_BODY_BYTES // 1024} KiB limit"
-    return _BodyRefused(413, message, "request_too_large")
 
 
 class _StrictJSONRoute(APIRoute):

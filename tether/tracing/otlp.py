@@ -50,7 +50,7 @@ from tether.auth import (
 )
 from tether.contracts import Origin
 from tether.errors import APIError
-from tether.limits import MAX_JSON_DEPTH, too_deep
+from tether.limits import MAX_JSON_DEPTH, BodyTooLarge, read_bounded, too_deep
 from tether.store.base import InvalidValue, Store, StoreError
 from tether.store.models import Rollout, Span, SpanEvent
 
@@ -137,17 +137,10 @@ def _too_large(limit: int) -> OTLPError:
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise _too_large(limit)
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise _too_large(limit)
-        chunks.append(chunk)
-    return b"".join(chunks)
+    try:
+        return await read_bounded(request, limit)
+    except BodyTooLarge:
+        raise _too_large(limit) from None
 
 
 def _decompress(body: bytes, encoding: str, limit: int) -> bytes:
