@@ -13,6 +13,7 @@ import hashlib
 import hmac
 import os
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import cached_property
@@ -135,6 +136,11 @@ def check_live(rollout_id: str, rollout: Rollout | None) -> Rollout:
     if rollout.status.finished:
         raise AuthError(Refusal.EXPIRED, rollout_id, rollout.status.value)
     return rollout
+
+
+def request_token(headers: Mapping[str, str]) -> str | None:
+    """The API key of a request: a bearer token, or Anthropic's `x-api-key` header."""
+    return bearer_token(headers.get("authorization")) or headers.get("x-api-key")
 
 
 def find_rollout(store: Store, rollout_id: str) -> Rollout | None:

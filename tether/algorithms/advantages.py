@@ -15,12 +15,22 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, cast
 
 from tether.adapters.transitions import Transition
+from tether.contracts import ADVANTAGE_METHODS
 
 AdvantageMethod = Literal["grpo", "drgrpo", "rloo"]
-METHODS: tuple[str, ...] = ("grpo", "drgrpo", "rloo")
+METHODS: tuple[str, ...] = ADVANTAGE_METHODS
+
+
+def advantage_method(name: str) -> AdvantageMethod:
+    """`name` as an advantage method, or ValueError."""
+    if name not in METHODS:
+        raise ValueError(f"unknown advantage method {name!r}: expected one of {', '.join(METHODS)}")
+    return cast(AdvantageMethod, name)
+
+
 # Returns within this distance of each other count as equal (zero-variance group).
 ZERO_VARIANCE_TOL = 1e-9
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
+from tether.contracts import POLICY_UPSTREAM
 from tether.gateway import EngineUpstream, HTTPUpstream, HTTPUpstreamConfig
 
 if TYPE_CHECKING:
@@ -68,14 +69,14 @@ def policy_upstream(args: argparse.Namespace, console: Console) -> EngineUpstrea
     if args.upstream:
         return HTTPUpstream(
             HTTPUpstreamConfig(
-                name="policy",
+                name=POLICY_UPSTREAM,
                 base_url=args.upstream,
                 api_key=args.upstream_key,
                 model=args.upstream_model,
                 request_token_ids=args.upstream_token_ids,
             )
         )
-    return EngineUpstream(load_engine(args.model, args.max_batch_size, console), name="policy")
+    return EngineUpstream(load_engine(args.model, args.max_batch_size, console), name=POLICY_UPSTREAM)
 
 
 # -- the store and the run ----------------------------------------------------------------------------

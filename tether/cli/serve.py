@@ -12,6 +12,7 @@ from rich.console import Console
 
 from tether.cli.common import add_policy_args, add_store_arg, open_cli_store, policy_upstream
 from tether.compose import create_app
+from tether.contracts import DEFAULT_ROUTE, POLICY_UPSTREAM
 from tether.gateway import Gateway, GatewayConfig
 from tether.gateway.request_checks import DEFAULT_MAX_TOKENS_CAP, DEFAULT_N_CAP
 from tether.gateway.server import (
@@ -110,7 +111,7 @@ def _check_limits(args: argparse.Namespace) -> None:
 
 
 def parse_routes(items: list[str]) -> dict[str, str]:
-    routes = {"*": "policy"}
+    routes = {DEFAULT_ROUTE: POLICY_UPSTREAM}
     for item in items:
         alias, sep, upstream = item.partition("=")
         if not sep or not alias or not upstream:

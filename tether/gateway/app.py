@@ -24,7 +24,8 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from tether.auth import AuthError, TokenAuthority, authenticate, bearer_token, check_live
-from tether.contracts import Meta
+from tether.auth import request_token as token_of_headers
+from tether.contracts import DEFAULT_ROUTE, POLICY_UPSTREAM, Meta
 from tether.gateway.admission import Admission
 from tether.gateway.context import CallContext
 from tether.gateway.dialects import DIALECTS, Dialect, translated_stream
@@ -39,7 +40,6 @@ from tether.limits import MAX_BODY_BYTES, BodyTooLarge, read_bounded
 from tether.store.base import InvalidValue, Store, StoreError
 from tether.store.models import Rollout, RolloutStatus, Span
 
-DEFAULT_ROUTE = "*"
 CALL_PREFIXES = ("/v1", "/rollouts/{rollout_id}/v1", "/rollouts/{rollout_id}/attempts/{attempt}/v1")
 # What a model-call route serves: a chat or completions call, or another API translated to a chat call.
 RouteKind = Literal["chat", "completions", "responses", "messages"]
@@ -70,7 +70,7 @@ CALL_KINDS: dict[str, RouteKind] = {route.path: route.kind for route in CALL_ROU
 
 @dataclass
 class GatewayConfig:
-    routes: dict[str, str] = field(default_factory=lambda: {DEFAULT_ROUTE: "policy"})
+    routes: dict[str, str] = field(default_factory=lambda: {DEFAULT_ROUTE: POLICY_UPSTREAM})
     max_body_bytes: int = MAX_BODY_BYTES
     hold_limit_s: float = 300.0
     public_url: str = "http://127.0.0.1:8000"
@@ -474,5 +474,4 @@ def _too_large(limit: int) -> GatewayError:
 
 
 def request_token(request: Request) -> str | None:
-    """The API key of a request: a bearer token, or Anthropic's `x-api-key` header."""
-    return bearer_token(request.headers.get("authorization")) or request.headers.get("x-api-key")
+    return token_of_headers(request.headers)

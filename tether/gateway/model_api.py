@@ -8,7 +8,8 @@ from typing import Any
 from fastapi import APIRouter, FastAPI, Request
 from starlette.responses import Response
 
-from tether.gateway.app import CALL_PREFIXES, CALL_ROUTES, DEFAULT_ROUTE, Gateway, request_token
+from tether.contracts import DEFAULT_ROUTE
+from tether.gateway.app import CALL_PREFIXES, CALL_ROUTES, Gateway, request_token
 from tether.gateway.errors import GatewayError
 
 

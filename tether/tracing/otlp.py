@@ -44,9 +44,9 @@ from tether.auth import (
     Refusal,
     TokenAuthority,
     authenticate,
-    bearer_token,
     check_live,
     find_rollout,
+    request_token,
 )
 from tether.contracts import Origin
 from tether.errors import APIError
@@ -110,9 +110,8 @@ def _refused(error: AuthError) -> OTLPError:
 
 
 def _authenticate(auth: TokenAuthority, request: Request, path_rollout: str | None) -> Caller:
-    token = bearer_token(request.headers.get("authorization")) or request.headers.get("x-api-key")
     try:
-        return authenticate(auth, token, path_rollout)
+        return authenticate(auth, request_token(request.headers), path_rollout)
     except AuthError as exc:
         raise _refused(exc) from None
 

@@ -32,9 +32,9 @@ from rich.console import Console
 
 from tether.adapters import Transition, TransitionReport, build_transitions
 from tether.algorithms import AdvantageBatch, assign_advantages
-from tether.algorithms.advantages import AdvantageMethod
+from tether.algorithms.advantages import advantage_method
 from tether.auth import TokenAuthority
-from tether.contracts import ADVANTAGE_METHODS, ALGORITHMS, DEFAULT_ROUTE, Meta
+from tether.contracts import ALGORITHMS, DEFAULT_ROUTE, POLICY_UPSTREAM, Meta
 from tether.gateway import HTTPUpstream, HTTPUpstreamConfig
 from tether.gateway.upstreams import Upstream
 from tether.policy_server import PolicyServer, PolicyServerOptions, PolicyWeights, open_policy_server
@@ -172,7 +172,7 @@ class Trainer:
         config = self.config
         opened: list[PolicyServer] = []
         with console.status(f"loading {config.model} for serving and for training ..."):
-            server = self.policy_server or self._open_server("policy", opened)
+            server = self.policy_server or self._open_server(POLICY_UPSTREAM, opened)
             learner = self.learner or open_learner(config.learner, config.policy)
         try:
             upstreams, routes = self._fixed_upstreams(opened)
@@ -215,7 +215,7 @@ class Trainer:
         """An upstream per fixed agent's model alias, and the routes to them. The base model (a second,
         frozen copy, never given new weights) is loaded only when some fixed agent uses it."""
         upstreams: list[Upstream] = []
-        routes = {DEFAULT_ROUTE: "policy"}
+        routes = {DEFAULT_ROUTE: POLICY_UPSTREAM}
         base: PolicyServer | None = None
         for alias, url in self.config.fixed_agents.items():
             if url is None:
@@ -509,16 +509,6 @@ class _Session:
         if self.step:
             await self._load(await self._on_update_thread(self._save_weights, self.step))
         console.print(f"resumed from step {self.step}")
-
-
-_ADVANTAGE_METHODS: dict[str, AdvantageMethod] = {"grpo": "grpo", "drgrpo": "drgrpo", "rloo": "rloo"}
-
-
-def advantage_method(algorithm: str) -> AdvantageMethod:
-    method = _ADVANTAGE_METHODS.get(algorithm)
-    if method is None:
-        raise ValueError(f"{algorithm!r} is not an advantage method ({', '.join(ADVANTAGE_METHODS)})")
-    return method
 
 
 def _version_of(folder: Path) -> int:
