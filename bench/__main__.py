@@ -23,7 +23,7 @@ from bench import refenv
 from bench.report import Row, header, not_run, render_rows, venv_version, write_report
 
 ROOT = Path(__file__).resolve().parent.parent
-BENCHMARKS = ("gateway", "store", "async", "trainer", "load")
+BENCHMARKS = ("gateway", "store", "async", "trainer", "load", "postgres")
 
 
 @dataclass
@@ -95,6 +95,7 @@ def _runners() -> dict[str, Callable[[Context], None]]:
         "async": suite.async_vs_sync,
         "trainer": suite.trainer,
         "load": suite.load,
+        "postgres": suite.postgres,
     }
 
 

@@ -93,15 +93,15 @@ def floor_proxy_main(port: int, upstream: str) -> None:
     web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None)
 
 
-def gateway_main(port: int, upstream: str, project: str) -> None:
+def gateway_main(port: int, upstream: str, project: str, store_url: str | None = None) -> None:
     import uvicorn
 
     from tether.auth import TokenAuthority
     from tether.compose import create_app
     from tether.gateway import Gateway, HTTPUpstream, HTTPUpstreamConfig
-    from tether.store import SQLiteStore
+    from tether.store import open_store
 
-    store = SQLiteStore(Path(project) / "store.db")
+    store = open_store(store_url or Path(project) / "store.db")
     auth = TokenAuthority.load_or_create(Path(project) / "secret")
     gateway = Gateway(store, auth)
     gateway.add_upstream(HTTPUpstream(HTTPUpstreamConfig("policy", upstream, request_token_ids=True)))

@@ -1,8 +1,9 @@
-"""Load test: many concurrent simulated agents against one gateway process (its store in SQLite).
+"""Load test: many concurrent simulated agents against one gateway process (its store in SQLite, or any
+store URL).
 
 Each agent loops until the deadline: open a session (admin API), make a few chat calls through its
-rollout's base URL, post a reward, finish the rollout (store API). Afterwards the store file is read
-directly: every answered call must have its span and every accepted reward its row. The gateway's RSS
+rollout's base URL, post a reward, finish the rollout (store API). Afterwards the store's tables are
+read directly: every answered call must have its span and every accepted reward its row. The gateway's RSS
 is sampled once a second.
 """
 
@@ -113,19 +114,27 @@ async def _drive(gw: str, admin: str, pid: int, agents: int, seconds: float, out
         )
 
 
-def _count(db: Path, table: str) -> int:
-    import sqlite3
+def _count(store_url: str, table: str) -> int:
+    from tether.store.tables import open_tables
 
-    with sqlite3.connect(db) as conn:
-        return conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]  # noqa: S608 - fixed names
+    tables = open_tables(store_url, Path("."))
+    try:
+        return tables.count(table)
+    finally:
+        tables.close()
 
 
-def run(agents: int, seconds: float, upstream_url: str) -> LoadResult:
+def run(agents: int, seconds: float, upstream_url: str, store_url: str | None = None) -> LoadResult:
+    """`store_url`: the gateway's store (default: a SQLite file in a new temporary project)."""
     from tether.auth import TokenAuthority
 
     project = Path(tempfile.mkdtemp(prefix="tether-load-"))
+    store_url = store_url or str(project / "store.db")
     port = free_port()
-    code = f"from bench.gateway_overhead import *; gateway_main({port}, {upstream_url!r}, {str(project)!r})"
+    code = (
+        "from bench.gateway_overhead import *; "
+        f"gateway_main({port}, {upstream_url!r}, {str(project)!r}, {store_url!r})"
+    )
     gateway = subprocess.Popen([sys.executable, "-c", code])
     out = LoadResult(agents, seconds)
     try:
@@ -135,6 +144,6 @@ def run(agents: int, seconds: float, upstream_url: str) -> LoadResult:
     finally:
         gateway.terminate()
         gateway.wait(timeout=60)
-    out.spans_stored = _count(project / "store.db", "spans")
-    out.rewards_stored = _count(project / "store.db", "rewards")
+    out.spans_stored = _count(store_url, "spans")
+    out.rewards_stored = _count(store_url, "rewards")
     return out

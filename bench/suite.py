@@ -281,3 +281,16 @@ def load(ctx: Context) -> None:
     )
     if result.errors:
         ctx.notes.append(f"load test: first errors: {'; '.join(result.errors[:3])}")
+
+
+def postgres(ctx: Context) -> None:
+    """The PostgreSQL store against the SQLite one (bench/pg_store.py), load tests of at most a minute."""
+    from bench import pg_store
+
+    s = ctx.sizes
+    sizes = pg_store.Sizes(s.store_n, s.wake_samples, s.load_agents, min(s.load_seconds, 60.0))
+    ctx.rows.extend(pg_store.run(sizes))
+    ctx.notes.append(
+        "postgres: a throwaway local PostgreSQL cluster (fsync off: it is thrown away), the same machine; "
+        "the reference column is our own SQLite store, measured in the same run."
+    )

@@ -24,6 +24,7 @@ from tether.store.models import Rollout
 
 ROLLOUT_PREFIX = "tro-"
 ADMIN_PREFIX = "tadm-"
+VIEWER_PREFIX = "tview-"
 
 
 def _sign(secret: bytes, message: str) -> str:
@@ -56,6 +57,18 @@ class TokenAuthority:
 
     def is_admin(self, token: str | None) -> bool:
         return token is not None and hmac.compare_digest(token.encode(), self.admin_token.encode())
+
+    @cached_property
+    def viewer_token(self) -> str:
+        """Read-only access to the dashboard (`/ui`) and `/metrics`; no other route takes it."""
+        return VIEWER_PREFIX + _sign(self.secret, "viewer")
+
+    def is_viewer(self, token: str | None) -> bool:
+        return token is not None and hmac.compare_digest(token.encode(), self.viewer_token.encode())
+
+    def can_read(self, token: str | None) -> bool:
+        """The dashboard's check: the admin token or the viewer token."""
+        return self.is_admin(token) or self.is_viewer(token)
 
     def rollout_token(self, rollout_id: str) -> str:
         return f"{ROLLOUT_PREFIX}{rollout_id}.{_sign(self.secret, 'rollout:' + rollout_id)}"

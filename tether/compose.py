@@ -1,6 +1,6 @@
 """The composition root: one ASGI app from a gateway. The model calls (served in front of FastAPI), the
 model list, reward events, the admin API, the store API and the OTLP receiver, with each part's errors in
-its own shape, and `/healthz`."""
+its own shape, `/healthz`, Prometheus `/metrics` and the dashboard at `/ui`."""
 
 from __future__ import annotations
 
@@ -11,17 +11,19 @@ from typing import Any
 from fastapi import FastAPI, Request
 from starlette.responses import Response
 
+from tether.dashboard import DashboardConfig, install_dashboard
 from tether.gateway.admin import create_admin_router
 from tether.gateway.app import Gateway
 from tether.gateway.asgi import GatewayApp
 from tether.gateway.errors import GatewayError
 from tether.gateway.events import create_event_router
+from tether.gateway.metrics import create_metrics_router
 from tether.gateway.model_api import add_unsupported_api_routes, create_models_router
 from tether.store.server import create_store_router, install_store_error_handlers
 from tether.tracing.otlp import create_otlp_router
 
 
-def create_app(gateway: Gateway) -> FastAPI:
+def create_app(gateway: Gateway, dashboard: DashboardConfig | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         yield
@@ -46,6 +48,8 @@ def create_app(gateway: Gateway) -> FastAPI:
     app.include_router(create_admin_router(gateway))
     app.include_router(create_store_router(gateway.store, gateway.auth))
     app.include_router(create_otlp_router(gateway.store, gateway.auth))
+    app.include_router(create_metrics_router(gateway))
+    install_dashboard(app, gateway.store, gateway.auth, dashboard or DashboardConfig())
     install_store_error_handlers(app)
     add_unsupported_api_routes(app)  # after every route: they match any path under a model-API prefix
 

@@ -80,6 +80,9 @@ class Meta:
     # Whether rewards the agent reported itself count as its reward (set by the run: by default only
     # when the run has no evaluator).
     AGENT_REWARDS: Final = "agent_rewards"
+    # Its calls are another model's text (a teacher, a hosted API), not tokens the policy generated: they
+    # may become demonstrations for supervised training, never RL samples.
+    DEMONSTRATION: Final = "demonstration"
 
 
 # -- training -----------------------------------------------------------------------------------------

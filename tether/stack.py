@@ -38,7 +38,10 @@ def local_stack(
     routes: dict[str, str] | None = None,
     hold_limit_s: float = 300.0,
     heartbeat_timeout_s: float = DEFAULT_HEARTBEAT_TIMEOUT_S,
+    host: str = "127.0.0.1",
 ) -> Iterator[LocalStack]:
+    """`host` is where the gateway listens, and the host in the URL agents get: loopback unless told.
+    Workers on other nodes (`--ray`) need a routable one: the advertised host."""
     config = GatewayConfig(hold_limit_s=hold_limit_s)
     if routes is not None:
         config.routes = dict(routes)
@@ -48,7 +51,7 @@ def local_stack(
     sweeper = StaleSweeper(store, heartbeat_timeout_s)
     sweeper.start()  # sweeps first: what a killed earlier run left running is requeued before any claim
     try:
-        with BackgroundServer(create_app(gateway)) as url:
+        with BackgroundServer(create_app(gateway), host=host) as url:
             gateway.config.public_url = url
             yield LocalStack(gateway, url, AgentEndpoints(url, authority), sweeper)
     finally:

@@ -57,6 +57,13 @@ def load_split(split: str) -> list[dict[str, Any]]:
     return [to_task(json.loads(line), split) for line in lines if line.strip()]
 
 
+def short(tasks: list[dict[str, Any]], max_steps: int | None) -> list[dict[str, Any]]:
+    """The tasks whose reference solution takes 1 to `max_steps` calculations (all when None)."""
+    if max_steps is None:
+        return tasks
+    return [task for task in tasks if 1 <= len(task["calculations"]) <= max_steps]
+
+
 def sample(tasks: list[dict[str, Any]], count: int, seed: int) -> list[dict[str, Any]]:
     if count > len(tasks):
         raise SystemExit(f"asked for {count} tasks, the split has {len(tasks)}")
@@ -76,9 +83,14 @@ def main() -> None:
     parser.add_argument("--train", type=int, default=200, help="tasks from GSM8K train")
     parser.add_argument("--val", type=int, default=50, help="tasks from GSM8K test")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--max-steps", type=int, default=None, help="only problems solved in 1 to N calculations"
+    )
     args = parser.parse_args()
-    write(args.out_dir / "train.jsonl", sample(load_split("train"), args.train, args.seed))
-    write(args.out_dir / "val.jsonl", sample(load_split("test"), args.val, args.seed))
+    for name, split, count in (("train", "train", args.train), ("val", "test", args.val)):
+        write(
+            args.out_dir / f"{name}.jsonl", sample(short(load_split(split), args.max_steps), count, args.seed)
+        )
     print(f"wrote {args.train} train and {args.val} val tasks to {args.out_dir}")
 
 

@@ -114,9 +114,13 @@ def chinook_module() -> ModuleType:
     return module
 
 
-def chinook_files(out_dir: Path, val_fraction: float, seed: int, cache_dir: Path | None) -> dict[str, int]:
+def chinook_files(
+    out_dir: Path, val_fraction: float, seed: int, cache_dir: Path | None, val_levels: set[str] | None = None
+) -> dict[str, int]:
     db_path = chinook_module().database_path(cache_dir)
     train, val = split(chinook_tasks(db_path, load_questions()), val_fraction, seed)
+    if val_levels is not None:
+        val = [task for task in val if task.get("difficulty") in val_levels]
     write(out_dir / "train.jsonl", train)
     write(out_dir / "val.jsonl", val)
     return {"train": len(train), "val": len(val)}
@@ -132,12 +136,18 @@ def main() -> None:
     parser.add_argument("--val-fraction", type=float, default=0.25, help="Chinook: share of held-out tasks")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cache-dir", type=Path, help="Chinook: where the database is cached")
+    parser.add_argument(
+        "--val-levels",
+        metavar="LEVELS",
+        help="Chinook: keep only these difficulty levels in val.jsonl, e.g. easy,medium (train keeps all)",
+    )
     args = parser.parse_args()
     try:
         if args.spider:
             counts = spider_files(args.spider, args.out_dir, args.limit)
         else:
-            counts = chinook_files(args.out_dir, args.val_fraction, args.seed, args.cache_dir)
+            levels = set(args.val_levels.split(",")) if args.val_levels else None
+            counts = chinook_files(args.out_dir, args.val_fraction, args.seed, args.cache_dir, levels)
     except SpiderError as exc:
         raise SystemExit(f"tasks.py: {exc}") from None
     print(", ".join(f"{n} {name}" for name, n in counts.items()) + f" tasks written to {args.out_dir}")

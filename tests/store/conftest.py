@@ -8,13 +8,15 @@ from typing import Any
 import pytest
 
 from tests.helpers import serve_app
+from tests.pg import Cluster, cluster
 from tether.auth import TokenAuthority
 from tether.store.base import Store
 from tether.store.client import StoreClient
 from tether.store.server import create_store_app
 from tether.store.sqlite import SQLiteStore
 
-BACKENDS = ["sqlite-file", "sqlite-memory", "http"]
+BACKENDS = ["sqlite-file", "sqlite-memory", "http", "postgresql"]
+PG_TABLES = "tasks, rollouts, attempts, spans, rewards, resources"
 
 
 class SwappableStore:
@@ -58,6 +60,29 @@ def served(store_server: StoreServer, tmp_path: Path) -> Iterator[tuple[StoreSer
     backing.close()
 
 
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[Cluster]:
+    """One throwaway PostgreSQL server for the session; tests make their own databases in it."""
+    with cluster() as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
+def pg_shared_url(pg_cluster: Cluster) -> str:
+    """A database with the store's schema, emptied before each test that uses it (faster than a new one)."""
+    from tether.store.postgres import PostgresStore
+
+    url = pg_cluster.create_database("conformance")
+    PostgresStore(url).close()
+    return url
+
+
+@pytest.fixture
+def pg_url(pg_cluster: Cluster, pg_shared_url: str) -> str:
+    pg_cluster.psql(f"TRUNCATE {PG_TABLES} RESTART IDENTITY", "conformance")
+    return pg_shared_url
+
+
 @pytest.fixture(params=BACKENDS)
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     if request.param == "sqlite-file":
@@ -68,6 +93,12 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
         memory = SQLiteStore.in_memory()
         yield memory
         memory.close()
+    elif request.param == "postgresql":
+        from tether.store.postgres import PostgresStore
+
+        database = PostgresStore(request.getfixturevalue("pg_url"))
+        yield database
+        database.close()
     else:
         server, _ = request.getfixturevalue("served")
         client = server.client()

@@ -277,6 +277,7 @@ def test_openapi_lists_every_route(server: StoreServer) -> None:
         ("GET", "/store/runs"),
         ("POST", "/store/runs/{run}/rename"),
         ("GET", "/store/rollouts"),
+        ("POST", "/store/rollouts/query"),
         ("POST", "/store/rollouts/claim"),
         ("POST", "/store/rollouts/wait"),
         ("POST", "/store/requeue-stale"),

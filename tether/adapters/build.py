@@ -36,7 +36,15 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tether.adapters.transitions import Transition
-from tether.contracts import AGENT_NAME_ATTRIBUTES, AgentSource, CallAttr, Origin, SpanStatus, is_call_span
+from tether.contracts import (
+    AGENT_NAME_ATTRIBUTES,
+    AgentSource,
+    CallAttr,
+    Meta,
+    Origin,
+    SpanStatus,
+    is_call_span,
+)
 from tether.store.base import Store
 from tether.store.models import Reward, Rollout, Span
 from tether.store.reward_rule import agent_rewards_count, final_reward
@@ -58,6 +66,10 @@ class TransitionReport:
     skipped: Counter[str] = field(default_factory=Counter)
     rollouts_without_reward: int = 0
     calls_by_agent: Counter[str] = field(default_factory=Counter)
+    # Per call (span id): "started" (it began a transition), "merged" (it extended the one before), or
+    # why it became none (a `skipped` reason); and where a chain broke, the reason, at the breaking call.
+    call_outcomes: dict[str, str] = field(default_factory=dict)
+    break_reasons: dict[str, str] = field(default_factory=dict)
 
     @property
     def trained_tokens(self) -> int:
@@ -205,6 +217,12 @@ def _build_rollout(
     if not agent_rewards_count(rollout):
         rewards = [reward for reward in rewards if reward.source != Origin.AGENT]
     calls = [span for span in spans if is_call_span(span.name) and span.origin == Origin.GATEWAY]
+    if rollout.metadata.get(Meta.DEMONSTRATION):
+        # Another model's text: a demonstration for supervised training (tether.adapters.demonstrations),
+        # never an RL sample, even where that model reported token ids.
+        report.calls += len(calls)
+        report.skipped["demonstration"] += len(calls)
+        return
     forged = sum(is_call_span(span.name) and span.origin != Origin.GATEWAY for span in spans)
     if forged:
         report.calls += forged
@@ -311,8 +329,11 @@ def _chains(
             call = _read_call(span, index, attempt, agents, choice)
             if isinstance(call, str):
                 report.skipped[call] += 1
+                report.call_outcomes[span.span_id] = call
                 if call != "failed_call" and open_chain is not None:
-                    report.merge_breaks["agent_changed" if call == "agent_not_selected" else call] += 1
+                    broke = "agent_changed" if call == "agent_not_selected" else call
+                    report.merge_breaks[broke] += 1
+                    report.break_reasons[span.span_id] = broke
                     open_chain = None
                 continue
             if open_chain is not None:
@@ -320,8 +341,11 @@ def _chains(
                 if reason is None:
                     open_chain.extend(call)
                     report.merged += 1
+                    report.call_outcomes[span.span_id] = "merged"
                     continue
                 report.merge_breaks[reason] += 1
+                report.break_reasons[span.span_id] = reason
+            report.call_outcomes[span.span_id] = "started"
             chain = _Chain.start(call)
             chains.append(chain)
             open_chain = chain if merge else None

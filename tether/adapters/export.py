@@ -59,6 +59,7 @@ def _features() -> Any:
             "step_reward": Value("float64"),
             "span_ids": List(Value("string")),
             "mode": Value("string"),
+            "demonstration": Value("bool"),
         }
     )
 

@@ -30,6 +30,9 @@ class Transition:
     step_reward: float = 0.0
     span_ids: list[str] = field(default_factory=list)
     mode: str = "train"
+    # Another model's text tokenized with the policy's chat template (`Meta.DEMONSTRATION`): no recorded
+    # logprobs, trained on by supervised imitation only, never in an RL batch.
+    demonstration: bool = False
 
     @property
     def merged_calls(self) -> int:

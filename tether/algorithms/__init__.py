@@ -5,9 +5,11 @@ from tether.algorithms.advantages import (
     AdvantageBatch,
     AdvantageMethod,
     AdvantageReport,
+    DemonstrationInRLBatch,
     Sample,
     assign_advantages,
     group_advantages,
+    imitation_batch,
     rewards_to_go,
     rollout_returns,
 )
@@ -17,9 +19,11 @@ __all__ = [
     "AdvantageBatch",
     "AdvantageMethod",
     "AdvantageReport",
+    "DemonstrationInRLBatch",
     "Sample",
     "assign_advantages",
     "group_advantages",
+    "imitation_batch",
     "rewards_to_go",
     "rollout_returns",
 ]

@@ -33,6 +33,12 @@ def advantage_method(name: str) -> AdvantageMethod:
 
 # Returns within this distance of each other count as equal (zero-variance group).
 ZERO_VARIANCE_TOL = 1e-9
+IMITATION: str = "sft"  # the report method of a supervised batch (`imitation_batch`)
+
+
+class DemonstrationInRLBatch(ValueError):
+    """A demonstration (another model's text) offered to an RL update: RL trains only on the policy's
+    own tokens, with the logprobs it recorded when it generated them."""
 
 
 @dataclass
@@ -162,6 +168,7 @@ def assign_advantages(
     if method not in METHODS:
         raise ValueError(f"unknown advantage method {method!r}: expected one of {', '.join(METHODS)}")
     items = list(transitions)
+    refuse_demonstrations(items)
     rollouts = calls_by_rollout(items)
     report = AdvantageReport(method=method, gamma=gamma, per_call_returns=per_call_returns)
     report.transitions, report.rollouts = len(items), len(rollouts)
@@ -204,6 +211,33 @@ def assign_advantages(
     if samples:
         report.mean_abs_advantage = math.fsum(abs(s.advantage) for s in samples) / len(samples)
     return AdvantageBatch(samples=samples, report=report, returns=returns)
+
+
+def refuse_demonstrations(transitions: Sequence[Transition]) -> None:
+    """Raise DemonstrationInRLBatch if any transition is a demonstration."""
+    demonstrations = [t for t in transitions if t.demonstration]
+    if demonstrations:
+        first = demonstrations[0]
+        raise DemonstrationInRLBatch(
+            f"{len(demonstrations)} demonstration transition(s) (rollout {first.rollout_id!r} first) in an "
+            "RL batch: RL trains only on tokens the policy generated; train on demonstrations with "
+            "--algorithm sft or the --sft-steps warm start"
+        )
+
+
+def imitation_batch(transitions: Iterable[Transition]) -> AdvantageBatch:
+    """A supervised batch: every transition with advantage 1, each rollout weighted once. Demonstrations
+    (no recorded logprobs) and the policy's own good rollouts may both be in it."""
+    items = list(transitions)
+    rollouts = calls_by_rollout(items)
+    report = AdvantageReport(method=IMITATION, gamma=1.0, per_call_returns=False)
+    report.transitions, report.rollouts, report.rollouts_used = len(items), len(rollouts), len(rollouts)
+    report.groups = report.groups_used = len({group_key(calls[0]) for calls in rollouts.values()})
+    samples = _weighted_samples(items, {id(t): 1.0 for t in items})
+    report.samples = len(samples)
+    report.empty_transitions = sum(1 for t in items if t.trained_tokens == 0)
+    report.mean_abs_advantage = 1.0 if samples else 0.0
+    return AdvantageBatch(samples=samples, report=report)
 
 
 def _weighted_samples(items: list[Transition], advantage_of: dict[int, float]) -> list[Sample]:

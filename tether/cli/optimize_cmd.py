@@ -27,17 +27,21 @@ from tether.algorithms.prompt_search import (
 )
 from tether.cli.common import (
     add_policy_args,
+    add_ray_args,
     add_run_args,
+    add_runner_kind_args,
     add_store_arg,
     begin_run,
     open_cli_store,
-    policy_upstream,
+    runner_pools,
+    serving_policy,
 )
 from tether.cli.rollout_cmd import add_runner_args, command_settings, load_inputs, progress_bar, runner_config
 from tether.contracts import DEFAULT_ROUTE, POLICY_UPSTREAM, PROMPT_ALGORITHMS
 from tether.gateway import HTTPUpstream, HTTPUpstreamConfig
 from tether.gateway.upstreams import Upstream
 from tether.project import Project
+from tether.ray import session as ray_session
 from tether.runner import Runner, TaskFileError, load_tasks
 from tether.runner.rewards import Evaluator
 from tether.stack import local_stack
@@ -61,6 +65,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     add_runner_args(parser)
+    add_runner_kind_args(parser)
     add_policy_args(parser)
     parser.add_argument("--val-tasks", required=True, metavar="FILE", help="tasks candidates are scored on")
     parser.add_argument(
@@ -99,6 +104,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--seed", type=int, default=0)
     add_run_args(parser)
     add_store_arg(parser)
+    add_ray_args(parser)
     parser.set_defaults(command_main=run)
 
 
@@ -166,7 +172,9 @@ def run(args: argparse.Namespace) -> int:
     inputs = _inputs(args)
     config = _configs(args)
     runner_settings = runner_config(args)
+    pools = runner_pools(args, "optimize-prompt", [*inputs.tasks, *inputs.val_tasks], inputs.agent)
     store = open_cli_store(args, "optimize-prompt")
+    cluster = ray_session.open_cluster(args, "optimize-prompt", ray_session.actors_asked(args))
     shape = _search_settings(args)
     named = {**command_settings(args), **shape, "val_tasks": str(Path(args.val_tasks).resolve())}
     record = begin_run(store, args, "optimize-prompt", inputs.tasks, Path(args.tasks).stem, named, shape)
@@ -174,9 +182,12 @@ def run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     try:
         authority = Project.at(args.project_dir).authority()
-        with local_stack(
-            store, authority, [policy_upstream(args, console), *upstreams], routes=routes
-        ) as stack:
+        with (
+            ray_session.policy(cluster, args, console) or serving_policy(args, console) as policy,
+            local_stack(
+                store, authority, [policy, *upstreams], routes=routes, host=ray_session.bind_host(cluster)
+            ) as stack,
+        ):
             session = store.start_session(
                 {"purpose": "prompt-optimizer"}, worker_id=OPTIMIZER_AGENT, mode=OPTIMIZER_AGENT
             )
@@ -203,6 +214,7 @@ def run(args: argparse.Namespace) -> int:
                             detail=f"running {r.stats.running}",
                         ),
                         run=record.name,
+                        pools=ray_session.pools(cluster, authority, console) or pools,
                     )
                     result = asyncio.run(
                         _search(args, inputs, config, store, runner, optimizer, progress.console)

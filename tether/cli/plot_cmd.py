@@ -26,11 +26,14 @@ def plot(records: list[dict[str, Any]], out: Path, title: str) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    train = [
-        (r["step"], r["reward_mean"]) for r in records if r.get("kind") == "train" and "reward_mean" in r
-    ]
+    updates = [r for r in records if r.get("kind") == "train"]
+    # Imitation updates train on demonstrations: their rewards are the teacher's, not the policy's.
+    imitation = [r["step"] for r in updates if r.get("phase") == "sft"]
+    train = [(r["step"], r["reward_mean"]) for r in updates if "reward_mean" in r and r.get("phase") != "sft"]
     val = [(r["step"], r["val_score"]) for r in records if r.get("kind") == "val"]
     figure, axis = plt.subplots(figsize=(7, 4), dpi=120)
+    if imitation:
+        axis.axvspan(0, max(imitation), color="tab:green", alpha=0.12, label="SFT on demonstrations")
     if train:
         axis.plot(
             *zip(*train, strict=True),

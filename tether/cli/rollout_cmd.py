@@ -15,13 +15,18 @@ from rich.table import Table
 
 from tether.cli.common import (
     add_policy_args,
+    add_ray_args,
     add_run_args,
+    add_runner_kind_args,
     add_store_arg,
     begin_run,
     open_cli_store,
-    policy_upstream,
+    runner_pools,
+    serving_policy,
 )
+from tether.contracts import Meta
 from tether.project import Project
+from tether.ray import session as ray_session
 from tether.runner import (
     AIRRules,
     CommandAgent,
@@ -56,11 +61,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     add_runner_args(parser)
+    add_runner_kind_args(parser)
     add_policy_args(parser)
     parser.add_argument("--group-size", type=int, default=1, help="rollouts per task (a GRPO group)")
     parser.add_argument("--mode", default="train", help="label stored on the rollouts (train, val, ...)")
     add_run_args(parser)
     add_store_arg(parser)
+    add_ray_args(parser)
     parser.set_defaults(command_main=run)
 
 
@@ -137,7 +144,11 @@ def load_inputs(args: argparse.Namespace) -> tuple[list[Task], Evaluator | None,
 
 
 def requests_for(
-    tasks: Sequence[Task], group_size: int, mode: str, max_attempts: int
+    tasks: Sequence[Task],
+    group_size: int,
+    mode: str,
+    max_attempts: int,
+    metadata: dict[str, Any] | None = None,
 ) -> list[RolloutRequest]:
     """One request per task and sample, keyed `mode/task#sample` within the run."""
     return [
@@ -146,6 +157,7 @@ def requests_for(
             mode=mode,
             group_id=f"{task.id}@{mode}",
             max_attempts=max_attempts,
+            metadata=dict(metadata or {}),
             key=f"{mode}/{task.id}#{sample}",
             sample=sample,
         )
@@ -217,15 +229,20 @@ def print_summary(outcomes: Sequence[RolloutOutcome], seconds: float) -> None:
 def run(args: argparse.Namespace) -> int:
     tasks, evaluator, agent = load_inputs(args)
     config = runner_config(args)
+    pools = runner_pools(args, "rollout", tasks, agent)
     store = open_cli_store(args, "rollout")
+    cluster = ray_session.open_cluster(args, "rollout", ray_session.actors_asked(args))
     try:
         settings = {**command_settings(args), "group_size": args.group_size, "mode": args.mode}
         shape = {"group_size": args.group_size, "mode": args.mode}
         record = begin_run(store, args, "rollout", tasks, Path(args.tasks).stem, settings, shape)
-        requests = requests_for(tasks, args.group_size, args.mode, args.max_attempts)
+        requests = requests_for(tasks, args.group_size, args.mode, args.max_attempts, _metadata(args))
         authority = Project.at(args.project_dir).authority()
         started = time.monotonic()
-        with local_stack(store, authority, [policy_upstream(args, console)]) as stack:
+        with (
+            ray_session.policy(cluster, args, console) or serving_policy(args, console) as policy,
+            local_stack(store, authority, [policy], host=ray_session.bind_host(cluster)) as stack,
+        ):
             with progress_bar() as progress:
                 runner = Runner(
                     store,
@@ -235,6 +252,7 @@ def run(args: argparse.Namespace) -> int:
                     config,
                     on_update=track(progress, "rollouts", len(requests)),
                     run=record.name,
+                    pools=ray_session.pools(cluster, authority, console) or pools,
                 )
                 outcomes = asyncio.run(_run(runner, requests))
         print_summary(outcomes, time.monotonic() - started)
@@ -242,6 +260,14 @@ def run(args: argparse.Namespace) -> int:
     finally:
         store.close()
     return 0 if any(o.status.value == "succeeded" for o in outcomes) else 1
+
+
+def _metadata(args: argparse.Namespace) -> dict[str, Any]:
+    """An upstream that reports no token ids answers with another model's text: its rollouts are
+    demonstrations (`tether train --from-run`), never RL samples."""
+    if args.upstream and not args.upstream_token_ids:
+        return {Meta.DEMONSTRATION: True}
+    return {}
 
 
 async def _run(runner: Runner, requests: list[RolloutRequest]) -> list[RolloutOutcome]:

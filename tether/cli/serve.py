@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ipaddress
 import sys
 from pathlib import Path
@@ -10,9 +11,10 @@ from pathlib import Path
 import uvicorn
 from rich.console import Console
 
-from tether.cli.common import add_policy_args, add_store_arg, open_cli_store, policy_upstream
+from tether.cli.common import add_policy_args, add_store_arg, open_cli_store, serving_policy
 from tether.compose import create_app
 from tether.contracts import DEFAULT_ROUTE, POLICY_UPSTREAM
+from tether.dashboard import DashboardConfig
 from tether.gateway import Gateway, GatewayConfig
 from tether.gateway.request_checks import DEFAULT_MAX_TOKENS_CAP, DEFAULT_N_CAP
 from tether.gateway.server import (
@@ -149,11 +151,14 @@ def run(args: argparse.Namespace) -> int:
     token_path = project.write_admin_token(authority)
     config = GatewayConfig(routes=routes, max_tokens_cap=args.max_tokens_cap, n_cap=args.n_cap)
     gateway = Gateway(store, authority, config)
-    gateway.add_upstream(policy_upstream(args, console))
-    app = create_app(gateway)
+    policy = contextlib.ExitStack()  # vLLM, when it serves the policy, stops with the server
+    upstream = policy.enter_context(serving_policy(args, console, project.state_dir / "logs"))
+    gateway.add_upstream(upstream)
+    app = create_app(gateway, _dashboard(project, upstream))
     try:
         sock = listen(args.host, args.port)
     except OSError as exc:
+        policy.close()
         raise SystemExit(f"tether serve: {exc}") from None
     gateway.config.public_url = url_of(sock, args.host)
     # The socket already listens: an agent started as soon as "ready" is printed just queues briefly.
@@ -166,8 +171,18 @@ def run(args: argparse.Namespace) -> int:
     finally:
         sweeper.stop()
         sock.close()
+        policy.close()
         store.close()
     return 0
+
+
+def _dashboard(project: Project, upstream: object) -> DashboardConfig:
+    """Token ids are decoded with the built-in engine's own tokenizer; behind another upstream they are
+    shown as ids (which tokenizer it uses is not known here)."""
+    engine = getattr(upstream, "engine", None)
+    return DashboardConfig(
+        runs_dir=project.state_dir / "runs", loaded_tokenizer=getattr(engine, "tokenizer", None)
+    )
 
 
 def _announce(gateway: Gateway, project: Project, token_path: Path, open_session: bool) -> None:
@@ -175,6 +190,7 @@ def _announce(gateway: Gateway, project: Project, token_path: Path, open_session
     out = sys.stdout
     out.write(f"Tether gateway on {url}  (OpenAI API under /rollouts/<id>/v1, store API under /store)\n")
     out.write(f"store: {project.store_path}\nadmin token: {token_path}\n")
+    out.write(f"dashboard: {url}/ui  (read-only viewer token: {gateway.auth.viewer_token})\n")
     if open_session:
         claim = gateway.store.start_session({"source": "tether serve"})
         creds = gateway.credentials(claim.rollout.id)

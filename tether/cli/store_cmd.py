@@ -59,6 +59,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     spans = actions.add_parser("spans", help="print a rollout's spans as JSON lines (token ids included)")
     spans.add_argument("rollout_id", nargs="?", default="latest", help="a rollout id, or 'latest'")
     spans.set_defaults(command_main=dump_spans)
+
+    migrate = actions.add_parser(
+        "migrate",
+        help="copy every record of one store into another (e.g. SQLite into PostgreSQL)",
+        description="Copy tasks, rollouts, attempts, spans, rewards and resources, as they are, then check "
+        "every table's count. The target must be empty unless --force.",
+    )
+    migrate.add_argument("--from", dest="source", metavar="URL", help="the store to copy (default: --store)")
+    migrate.add_argument("--to", dest="target", metavar="URL", required=True, help="the store to copy into")
+    migrate.add_argument("--force", action="store_true", help="add to a target that already has records")
+    migrate.set_defaults(command_main=migrate_stores)
     parser.set_defaults(command_main=lambda _: parser.print_help() or 2)
 
 
@@ -220,4 +231,30 @@ def dump_spans(args: argparse.Namespace) -> int:
         raise SystemExit(f"tether store: {exc}") from None
     for span in store.query_spans(rollout_id=rollout_id, limit=1_000_000):
         sys.stdout.write(span.model_dump_json() + "\n")
+    return 0
+
+
+def migrate_stores(args: argparse.Namespace) -> int:
+    from tether.store.migrate import migrate_store
+
+    project = Project.at(args.project_dir)
+    source = args.source or args.store or default_store_url(project.root)
+    if scheme_of(source) == "sqlite" and not sqlite_path(source, project.root).is_file():
+        raise SystemExit(f"tether store migrate: no store database at {sqlite_path(source, project.root)}")
+
+    def progress(table: str, done: int, total: int) -> None:
+        end, live = ("\n" if done == total else ""), sys.stderr.isatty()
+        if end or live:  # on a terminal, one line updated as rows go; else a line per table
+            sys.stderr.write(f"{chr(13) if live else ''}copying {table}: {done}/{total}{end}")
+            sys.stderr.flush()
+
+    try:
+        report = migrate_store(
+            source, args.target, project_dir=project.root, force=args.force, progress=progress
+        )
+    except StoreError as exc:
+        raise SystemExit(f"tether store migrate: {exc}") from None
+    copied = ", ".join(f"{count} {table}" for table, count in report.copied.items())
+    skipped = sum(report.skipped.values())
+    console.print(f"copied {copied}" + (f" ({skipped} already there, skipped)" if skipped else ""))
     return 0

@@ -7,17 +7,29 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-from tether.cli.common import add_store_arg, begin_run, open_cli_store
+from tether.cli.common import (
+    add_engine_args,
+    add_ray_args,
+    add_runner_kind_args,
+    add_store_arg,
+    begin_run,
+    engine_kind,
+    open_cli_store,
+    policy_server_options,
+    runner_pools,
+)
 from tether.cli.plot_cmd import plot
+from tether.cli.progress import step_progress
 from tether.cli.rollout_cmd import AGENT_REWARDS, add_runner_args, load_inputs
-from tether.contracts import ALGORITHMS
+from tether.contracts import ALGORITHMS, POLICY_UPSTREAM
 from tether.project import Project
+from tether.ray import session as ray_session
 from tether.runner import TaskFileError, load_tasks
 
 if TYPE_CHECKING:
-    from tether.trainer.loop import FitResult
+    from tether.store import Store, Task
+    from tether.trainer.loop import FitResult, Trainer, TrainerConfig
 
 console = Console(stderr=True)
 
@@ -37,12 +49,37 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     add_runner_args(parser)
+    add_runner_kind_args(parser)
+    add_engine_args(parser)
     parser.add_argument("--val-tasks", metavar="FILE", help="held-out tasks scored before, during and after")
     parser.add_argument(
         "--model", default="smollm2-135m", help="smollm2-135m, tiny-random or a local HF folder"
     )
     parser.add_argument("--algorithm", default="grpo", choices=list(ALGORITHMS))
     parser.add_argument("--steps", type=int, default=20, help="policy updates")
+    parser.add_argument(
+        "--from-run",
+        metavar="NAME",
+        default=None,
+        help="demonstrations: imitate the successful rollouts of run NAME (e.g. a `tether rollout "
+        "--upstream` run against a teacher), their recorded messages tokenized with the policy's chat "
+        "template; every step with --algorithm sft, else the first --sft-steps updates before RL",
+    )
+    parser.add_argument(
+        "--sft-steps",
+        type=int,
+        default=0,
+        help="with --from-run and an RL algorithm: imitation updates before RL",
+    )
+    parser.add_argument(
+        "--sft-batch", type=int, default=8, help="demonstration rollouts per imitation update"
+    )
+    parser.add_argument(
+        "--sft-min-reward",
+        type=float,
+        default=1.0,
+        help="sft: imitate only rollouts whose reward is at least this",
+    )
     parser.add_argument("--group-size", type=int, default=8, help="rollouts per task in a step (a group)")
     parser.add_argument("--tasks-per-step", type=int, default=4, help="groups per update")
     parser.add_argument("--lr", type=float, default=None, help="learning rate (default 1e-4 LoRA, 1e-5 full)")
@@ -85,6 +122,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--max-staleness", type=int, default=1, help="async: drop samples older than this")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
+        "--wandb",
+        metavar="PROJECT",
+        default=None,
+        help="also log the metrics (and sample rollouts of each validation) to this Weights & Biases "
+        "project; WANDB_MODE=offline keeps the run on disk, under the run folder",
+    )
+    parser.add_argument(
         "--run",
         "--run-name",
         dest="run",
@@ -104,6 +148,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="without --run: resume the most recent run that has a checkpoint",
     )
     add_store_arg(parser)
+    add_ray_args(parser, learner=True)
     parser.set_defaults(command_main=run, n_workers=None)
 
 
@@ -145,6 +190,8 @@ def _command_line(args: argparse.Namespace) -> tuple[dict[str, object], dict[str
         "seed": args.seed,
         "full": args.full,
         "lora_r": args.lora_r,
+        "from_run": args.from_run,
+        "sft_steps": args.sft_steps,
     }
     named = {
         **shape,
@@ -167,6 +214,7 @@ def run(args: argparse.Namespace) -> int:
         val_tasks = load_tasks(args.val_tasks) if args.val_tasks else []
     except TaskFileError as exc:
         raise SystemExit(f"tether: {exc}") from None
+    pools = runner_pools(args, "train", [*train_tasks, *val_tasks], agent)
     if evaluator is None:
         console.print("[yellow]no --reward: only rewards the agent reports itself will count[/]")
     try:
@@ -195,11 +243,17 @@ def run(args: argparse.Namespace) -> int:
             fixed_agents=_fixed_agents(args.fixed_agent or []),
             async_mode=args.async_mode,
             max_staleness=args.max_staleness,
+            from_run=args.from_run,
+            sft_steps=args.sft_steps,
+            sft_batch=args.sft_batch,
+            sft_threshold=args.sft_min_reward,
             seed=args.seed,
             primary_reward=args.primary_reward,
             agent_rewards=AGENT_REWARDS[args.agent_rewards],
             air=not args.no_air,
             policy=policy,
+            policy_server=engine_kind(args),
+            wandb_project=args.wandb,
         )
     except ValueError as exc:
         raise SystemExit(f"tether train: {exc}") from None
@@ -207,49 +261,68 @@ def run(args: argparse.Namespace) -> int:
     if args.resume and args.run is None:
         args.run = _latest_checkpointed(project)
     store = open_cli_store(args, "train")
+    cluster = ray_session.open_cluster(args, "train", ray_session.actors_asked(args))
+    if cluster is not None and cluster.settings.learner_ranks > 1:
+        config.learner = "ray"
+    if config.from_run is not None:
+        _check_demonstrations(store, config, train_tasks, val_tasks)
     named, shape = _command_line(args)
     record = begin_run(store, args, "train", train_tasks, Path(args.tasks).stem, named, shape)
     run_dir = project.state_dir / "runs" / record.name
     if args.fresh:
         _archive_folder(run_dir)
-    trainer = Trainer(config, run_dir, store, project.authority(), run=record)
+    if config.policy_server == "vllm":
+        config.server_options = policy_server_options(args, POLICY_UPSTREAM, run_dir)
+    authority = project.authority()
+    trainer = Trainer(
+        config,
+        run_dir,
+        store,
+        authority,
+        run=record,
+        pools=ray_session.pools(cluster, authority, console) or pools,
+        host=ray_session.bind_host(cluster),
+        policy_server=ray_session.replica_server(cluster, config.model, console, config.policy_server),
+    )
     console.print(f"run folder: {run_dir}")
-    with Progress(
-        TextColumn("[bold]training"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[detail]}"),
-        TimeElapsedColumn(),
-        console=console,
-    ) as progress:
-        bar = progress.add_task("train", total=config.steps, detail="")
-        trainer.on_step = lambda record: _show(progress, bar, record)
-        result = trainer.fit(agent, train_tasks, val_tasks, evaluator)
+    with step_progress(console, config.total_steps) as show:
+        trainer.on_step = show
+        result = _fit(trainer, agent, train_tasks, val_tasks, evaluator)
     store.close()
     curve = plot(result.history, run_dir / "curves.png", run_dir.name)
     _report(result, curve)
     return 0
 
 
-def _show(progress: Progress, bar: TaskID, record: dict[str, Any]) -> None:
-    if record["kind"] == "val":
-        progress.console.print(f"step {record['step']:>3}  held-out accuracy {record['val_score']:.3f}")
-        return
-    progress.update(
-        bar,
-        completed=record["step"],
-        detail=f"reward {record['reward_mean']:.3f}  v{record['policy_version_after']}",
-    )
-    line = (
-        f"step {record['step']:>3}  reward {record['reward_mean']:.3f} ± {record['reward_std']:.3f}  "
-        f"groups {record['groups_used']}  rollouts/s {record['rollouts_per_s']:.2f}"
-    )
-    if "train.loss" in record:
-        line += (
-            f"  loss {record['train.loss']:+.4f}  clip {record['train.clip_fraction']:.3f}  "
-            f"kl {record['train.approx_kl']:.4f}  {record['train.seconds']:.1f}s"
+def _check_demonstrations(
+    store: Store, config: TrainerConfig, train_tasks: list[Task], val_tasks: list[Task]
+) -> None:
+    """Before any model loads: the --from-run run has rollouts to imitate, of training tasks only."""
+    from tether.adapters.demonstrations import NoDemonstrations, demonstration_rollouts
+
+    assert config.from_run is not None
+    try:
+        found = demonstration_rollouts(
+            store,
+            config.from_run,
+            min_reward=config.sft_threshold,
+            task_ids={task.id for task in train_tasks},
+            held_out={task.id for task in val_tasks},
         )
-    progress.console.print(line)
+    except NoDemonstrations as exc:
+        store.close()
+        raise SystemExit(f"tether train: --from-run: {exc}") from None
+    console.print(f"imitating {len(found)} successful rollouts of run {config.from_run}")
+
+
+def _fit(trainer: Trainer, *inputs: Any) -> FitResult:
+    """`trainer.fit`, with a policy server that cannot start reported in one line."""
+    from tether.policy_server.vllm import VLLMError, VLLMSetupError
+
+    try:
+        return trainer.fit(*inputs)
+    except (VLLMSetupError, VLLMError) as exc:
+        raise SystemExit(f"tether train: {exc}") from None
 
 
 def _report(result: FitResult, curve: Path) -> None:

@@ -218,8 +218,17 @@ def choice_instruction(tool_choice: Any) -> str | None:
 
 
 def fallback_tools_section(tools: list[dict[str, Any]]) -> str:
-    lines = "".join(json.dumps(tool, ensure_ascii=False) + "\n" for tool in tools)
+    lines = "".join(json.dumps(tool_line(tool), ensure_ascii=False) + "\n" for tool in tools)
     return FALLBACK_TOOLS_HEADER + lines + FALLBACK_TOOLS_FOOTER
+
+
+def tool_line(tool: dict[str, Any]) -> dict[str, Any]:
+    """A tool as its line shows it: type, then the function's name, description and parameters, those
+    absent or null left out. A fixed shape, because vLLM hands templates its own parse of the request
+    (nulls filled in): with it both engines render the same tokens (`chat_templates/chatml-tools.jinja`)."""
+    function = tool["function"]
+    fields = {k: function[k] for k in ("name", "description", "parameters") if function.get(k) is not None}
+    return {"type": "function", "function": fields}
 
 
 def render_tool_call(name: str, arguments: Any) -> str:

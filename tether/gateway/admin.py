@@ -62,12 +62,14 @@ def create_admin_router(gateway: Gateway) -> APIRouter:
     async def pause(body: PauseRequest | None = None) -> dict[str, Any]:
         body = body or PauseRequest()
         gateway.admission.pause()
+        gateway.metrics.paused()
         drained = await gateway.admission.drain(body.timeout_s) if body.drain else False
         return {"paused": True, "drained": drained, "in_flight": gateway.admission.in_flight}
 
     @router.post("/resume")
     async def resume() -> dict[str, Any]:
         gateway.admission.resume()
+        gateway.metrics.resumed()
         return {"paused": False}
 
     @router.get("/status")

@@ -30,6 +30,7 @@ from tether.gateway.admission import Admission
 from tether.gateway.context import CallContext
 from tether.gateway.dialects import DIALECTS, Dialect, translated_stream
 from tether.gateway.errors import GatewayError, UpstreamError, refused
+from tether.gateway.metrics import GatewayMetrics
 from tether.gateway.prompts import apply_prompt_override
 from tether.gateway.recorder import SpanRecorder
 from tether.gateway.request_checks import DEFAULT_MAX_TOKENS_CAP, DEFAULT_N_CAP, check_caps, check_depth
@@ -88,6 +89,7 @@ class Gateway:
         self.upstreams: dict[str, Upstream] = {}
         self.recorder = SpanRecorder(store)
         self.rollouts = RolloutCache(store)
+        self.metrics = GatewayMetrics()
         self._admission: Admission | None = None
 
     @property
@@ -206,6 +208,7 @@ class Gateway:
     async def record(self, span: Span) -> None:
         try:
             await self.recorder.record(span)
+            self.metrics.recorded(span)
         except InvalidValue as exc:
             raise GatewayError(400, f"the call could not be recorded: {exc}", code="unrecordable") from exc
         except StoreError as exc:
@@ -266,6 +269,7 @@ class Gateway:
             check_caps(kind, body, self.config.max_tokens_cap, self.config.n_cap)
             answer = await self.dispatch(ctx, kind, body, started)
         except GatewayError as exc:
+            self.metrics.refused(exc)
             await error_response(kind, exc)(scope, receive, send)
             return
         if isinstance(answer, bytes):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from tether.policy_server.base import PolicyServer, PolicyWeights, WeightsKind
 from tether.registry import Registry
@@ -21,6 +22,16 @@ class PolicyServerOptions:
     name: str = "policy"  # the gateway upstream it registers as
     max_batch_size: int = 8
     threads: int | None = None
+    # Servers in other processes (vLLM): the URLs of ones the user started, else how many to start,
+    # with which Python, extra arguments, first port (0: free ones) and where their logs go.
+    urls: tuple[str, ...] = ()
+    replicas: int = 1
+    engine_python: str | None = None
+    engine_args: tuple[str, ...] = ()
+    port: int = 0
+    lora_rank: int = 16
+    log_dir: Path | None = None
+    need_pause: bool = False
 
 
 Factory = Callable[[PolicyServerOptions], PolicyServer]
@@ -41,7 +52,14 @@ def _builtin(options: PolicyServerOptions) -> PolicyServer:
     )
 
 
+def _vllm(options: PolicyServerOptions) -> PolicyServer:
+    from tether.policy_server.vllm import open_vllm
+
+    return open_vllm(options)
+
+
 register("builtin", _builtin)
+register("vllm", _vllm)
 
 __all__ = [
     "PolicyServer",

@@ -75,6 +75,13 @@ def worker_id(prefix: str, index: int) -> str:
     return f"{socket.gethostname()}/{os.getpid()}/{prefix}-{index}"
 
 
+def worker_node(worker: str) -> str:
+    """The node a worker id names: the label of a Ray node (prefix `ray:...`), else the host."""
+    host, _, rest = worker.partition("/")
+    prefix = rest.partition("/")[2].rpartition("-")[0]
+    return prefix if prefix.startswith("ray:") else host
+
+
 class WorkerPool:
     def __init__(
         self,

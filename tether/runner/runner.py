@@ -5,12 +5,14 @@
 
 The pool (`tether.runner.pool`) claims and runs the run's rollouts; the driver (`tether.runner.driver`)
 enqueues them and reads their outcomes from the store, so rollouts that workers elsewhere finished count.
-`config.n_workers = 0` makes a pure driver, for when the workers run elsewhere.
+`config.n_workers = 0` makes a pure driver, for when the workers run elsewhere; `pools` builds another
+pool in place of the local one (the Ray pool of `tether.ray.workers`, say), called as `WorkerPool` is.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from tether.runner.agents import Agent
 from tether.runner.driver import Driver, RolloutOutcome, RunnerStats
@@ -18,6 +20,26 @@ from tether.runner.pool import AgentEndpoints, RunnerConfig, WorkerPool
 from tether.runner.rewards import Evaluator
 from tether.store.base import Store
 from tether.store.models import Rollout, RolloutRequest
+
+
+class Pool(Protocol):
+    """What the runner needs of a worker pool (`WorkerPool` is one)."""
+
+    running: int
+
+    def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    def wake(self) -> None: ...
+
+    def failure(self) -> str | None: ...
+
+
+PoolFactory = Callable[
+    [Store, Agent, AgentEndpoints, Evaluator | None, RunnerConfig, str | None, Callable[[], None] | None],
+    Pool,
+]
 
 
 class Runner:
@@ -30,11 +52,13 @@ class Runner:
         config: RunnerConfig | None = None,
         on_update: Callable[[Runner], None] | None = None,
         run: str | None = None,
+        pools: PoolFactory | None = None,
     ) -> None:
         self.store = store
         self.config = config or RunnerConfig()
         self.on_update = on_update
-        self.pool = WorkerPool(store, agent, endpoints, evaluator, self.config, run, self._notify)
+        make_pool = pools or WorkerPool
+        self.pool = make_pool(store, agent, endpoints, evaluator, self.config, run, self._notify)
         agent_rewards = self.config.agent_rewards
         if agent_rewards is None:
             agent_rewards = evaluator is None

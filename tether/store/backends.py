@@ -3,6 +3,7 @@
     .tether/store.db, sqlite:///abs/path.db, sqlite://rel/path.db   the embedded SQLite file (default)
     memory:                                                         an in-memory store (tests, scratch)
     http://host:port, https://...                                   a remote `tether serve` (admin token)
+    postgresql://user:password@host:port/db (or postgres://)        a PostgreSQL database (tether[postgres])
 
 A backend is a module with a factory `(url, options) -> Store`, registered here with `register`; adding
 one (PostgreSQL, say) is a new module plus one `register("postgresql", ...)` line below.
@@ -68,7 +69,7 @@ def open_store(url: str | Path | None = None, options: StoreOptions | None = Non
     if factory is None:
         raise StoreURLError(
             f"unknown store URL scheme {scheme!r} in {text!r}: use a file path, sqlite:///PATH, memory:, "
-            f"or http(s)://HOST:PORT (known schemes: {', '.join(schemes())})"
+            f"http(s)://HOST:PORT or postgresql://USER@HOST:PORT/DB (known schemes: {', '.join(schemes())})"
         )
     return factory(text, options)
 
@@ -111,6 +112,16 @@ def _http(url: str, options: StoreOptions) -> Store:
     return client
 
 
+def _postgres(url: str, options: StoreOptions) -> Store:
+    try:
+        from tether.store.postgres import PostgresStore
+    except ImportError as exc:
+        raise StoreError(
+            f"the PostgreSQL store needs psycopg ({exc}): pip install 'tether[postgres]'"
+        ) from None
+    return PostgresStore(url)
+
+
 def _project_admin_token(project_dir: Path) -> str | None:
     path = project_dir / ".tether" / "admin_token"
     try:
@@ -123,3 +134,5 @@ register("sqlite", _sqlite)
 register("memory", _memory)
 register("http", _http)
 register("https", _http)
+register("postgresql", _postgres)
+register("postgres", _postgres)

@@ -11,6 +11,8 @@ from tether.store.models import (
     Resource,
     Reward,
     Rollout,
+    RolloutPage,
+    RolloutQuery,
     RolloutRequest,
     RolloutStatus,
     Span,
@@ -93,6 +95,12 @@ class Store(Protocol):
         limit: int = 100,
         offset: int = 0,
     ) -> list[Rollout]: ...
+
+    def query_rollouts(self, query: RolloutQuery) -> RolloutPage:
+        """A filtered page of rollouts with each one's reward and last worker, and how many match (see
+        `RolloutQuery`). `tether.store.rollout_query.query_rollouts_by_scanning` answers it from the other
+        methods, for a backend without a query of its own."""
+        ...
 
     def list_runs(self) -> list[str]:
         """The names of the runs that have rollouts, oldest first."""

@@ -18,6 +18,8 @@ from tether.store.models import (
     Resource,
     Reward,
     Rollout,
+    RolloutPage,
+    RolloutQuery,
     RolloutRequest,
     RolloutStatus,
     Span,
@@ -36,6 +38,7 @@ MAYBE_CLAIM = TypeAdapter(Claim | None)
 RESOURCE = TypeAdapter(Resource)
 STRINGS = TypeAdapter(list[str])
 COUNT = TypeAdapter(int)
+PAGE = TypeAdapter(RolloutPage)
 
 RETRYABLE = (httpx.ConnectError, httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError)
 RETRY_DELAYS_S = (0.1, 0.3)
@@ -204,6 +207,9 @@ class StoreClient:
             "offset": offset,
         }
         return self._get(ROLLOUTS, "/store/rollouts", params)
+
+    def query_rollouts(self, query: RolloutQuery) -> RolloutPage:
+        return self._post(PAGE, "/store/rollouts/query", _dump(query))
 
     def list_runs(self) -> list[str]:
         return self._get(STRINGS, "/store/runs")

@@ -156,3 +156,41 @@ class StatusUpdate(BaseModel):
     output: str | None = None
     error: str | None = None
     attempt: int | None = None
+
+
+class RolloutQuery(BaseModel):
+    """A filtered page of rollouts (`Store.query_rollouts`), newest first unless `oldest_first`.
+
+    `task` matches a substring of the task id or of the task's input JSON; `worker` a substring of the
+    worker id of any attempt; `agent` the agent name of any model call the gateway recorded. The reward
+    bounds apply to the rollout's reward under the reward rule (`tether.store.reward_rule`); a rollout
+    without a final reward matches no bound. `total` is counted up to `count_cap` (a page of a huge,
+    selective filter stays cheap); past it `RolloutPage.total_capped` is set."""
+
+    run: str | None = None
+    status: RolloutStatus | None = None
+    mode: str | None = None
+    group_id: str | None = None
+    task: str | None = None
+    agent: str | None = None
+    worker: str | None = None
+    reward_min: float | None = None
+    reward_max: float | None = None
+    limit: int = Field(default=50, ge=0, le=10_000)
+    offset: int = Field(default=0, ge=0, le=2**63 - 1)
+    oldest_first: bool = False
+    count_cap: int = Field(default=10_000, ge=0, le=2**62)
+
+
+class RolloutRow(BaseModel):
+    """One row of a rollout page: the rollout, its reward under the reward rule and its last worker."""
+
+    rollout: Rollout
+    reward: float | None = None
+    worker: str | None = None
+
+
+class RolloutPage(BaseModel):
+    rows: list[RolloutRow]
+    total: int
+    total_capped: bool = False

@@ -30,6 +30,8 @@ from tether.store.models import (
     Resource,
     Reward,
     Rollout,
+    RolloutPage,
+    RolloutQuery,
     RolloutRequest,
     RolloutStatus,
     Span,
@@ -376,6 +378,10 @@ def create_store_router(store: Store, auth: TokenAuthority, *, max_wait_s: float
         return store.list_rollouts(
             status=status, since=since, until=until, run=run, limit=limit, offset=offset
         )
+
+    @router.post("/rollouts/query", summary="A filtered page of rollouts, with rewards and a count")
+    def query_rollouts(body: RolloutQuery, _: Admin) -> RolloutPage:
+        return store.query_rollouts(body)
 
     @router.get("/runs", summary="The names of the runs that have rollouts")
     def list_runs(_: Admin) -> list[str]:

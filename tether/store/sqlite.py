@@ -20,7 +20,7 @@ import orjson
 
 from tether.contracts import Meta
 from tether.filemodes import PRIVATE_DIR, PRIVATE_FILE, make_private
-from tether.store import lifecycle
+from tether.store import lifecycle, sqlite_query
 from tether.store.base import InvalidTransition, InvalidValue, NotFound, StoreError
 from tether.store.models import (
     Attempt,
@@ -28,7 +28,10 @@ from tether.store.models import (
     Resource,
     Reward,
     Rollout,
+    RolloutPage,
+    RolloutQuery,
     RolloutRequest,
+    RolloutRow,
     RolloutStatus,
     Span,
     SpanEvent,
@@ -82,6 +85,7 @@ CREATE INDEX IF NOT EXISTS spans_time ON spans (start_time);
 CREATE INDEX IF NOT EXISTS rollouts_status ON rollouts (status, created_at);
 CREATE INDEX IF NOT EXISTS rollouts_created ON rollouts (created_at);
 CREATE INDEX IF NOT EXISTS rollouts_run ON rollouts (run, status, created_at);
+CREATE INDEX IF NOT EXISTS rollouts_run_created ON rollouts (run, created_at);
 CREATE UNIQUE INDEX IF NOT EXISTS rollouts_run_key ON rollouts (run, key) WHERE key IS NOT NULL;
 """
 
@@ -538,6 +542,16 @@ class SQLiteStore:
             (*params, limit, offset),
         )
         return [_rollout(row) for row in rows]
+
+    def query_rollouts(self, query: RolloutQuery) -> RolloutPage:
+        sql, params = sqlite_query.page_sql(query)
+        count, count_params = sqlite_query.count_sql(query)
+        with self._lock:  # the page and its count, with no write of this store between them
+            rows = self._read(sql, params)
+            (total,) = self._read(count, count_params)[0]
+        page = [RolloutRow(rollout=_rollout(row), reward=row["reward"], worker=row["worker"]) for row in rows]
+        capped = total > query.count_cap
+        return RolloutPage(rows=page, total=min(total, query.count_cap), total_capped=capped)
 
     def rename_run(self, run: str, new_name: str) -> int:
         with self._write() as db:

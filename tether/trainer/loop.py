@@ -23,32 +23,40 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import httpx
+import orjson
 from rich.console import Console
 
 from tether.adapters import Transition, TransitionReport, build_transitions
-from tether.algorithms import AdvantageBatch, assign_advantages
+from tether.adapters.demonstrations import NoDemonstrations, build_demonstrations, demonstration_rollouts
+from tether.algorithms import AdvantageBatch, assign_advantages, imitation_batch
 from tether.algorithms.advantages import advantage_method
 from tether.auth import TokenAuthority
 from tether.contracts import ALGORITHMS, DEFAULT_ROUTE, POLICY_UPSTREAM, Meta
+from tether.engines.chat_template import ChatTemplate
 from tether.gateway import HTTPUpstream, HTTPUpstreamConfig
 from tether.gateway.upstreams import Upstream
 from tether.policy_server import PolicyServer, PolicyServerOptions, PolicyWeights, open_policy_server
 from tether.runner import AIRRules, Runner, RunnerConfig
 from tether.runner.agents import Agent
+from tether.runner.driver import RolloutOutcome
 from tether.runner.rewards import Evaluator
+from tether.runner.runner import PoolFactory
 from tether.runner.runs import RunRecord, cancel_queued
 from tether.stack import local_stack
 from tether.store import RolloutRequest, Store, Task
 from tether.trainer.config import TrainConfig
 from tether.trainer.learner import Learner, TrainingDiverged, open_learner
 from tether.trainer.metrics import MetricsLog
+from tether.trainer.stages import stage_stats
 
 console = Console(stderr=True)
+Item = TypeVar("Item")
+VAL_SAMPLES_LOGGED = 8  # rollouts of each validation in the W&B samples table
 POLICY_VERSIONS_KEPT = 3  # policy folders kept on disk: the served one, the one before, the next
 
 
@@ -73,20 +81,30 @@ class TrainerConfig:
     async_mode: bool = False
     max_staleness: int = 1
     sft_threshold: float = 1.0  # sft: train on rollouts whose reward is at least this
+    # Demonstrations: the run whose successful rollouts (another model's calls, tokenized with the
+    # policy's chat template) are imitated for `sft_steps` updates before the `steps` of `algorithm`;
+    # with algorithm "sft" every step imitates them. `sft_batch` rollouts per update.
+    from_run: str | None = None
+    sft_steps: int = 0
+    sft_batch: int = 8
     seed: int = 0
     primary_reward: str | None = None  # which named reward of an evaluator's dict is the reward
     agent_rewards: bool | None = None  # agents' own rewards count (None: only without an evaluator)
     air: bool = True  # automatic intermediate rewards
     engine_threads: int | None = None
     policy_server: str = "builtin"  # a kind registered in tether.policy_server
+    # What the kind needs beyond the model (vLLM: URLs or replicas to start, its Python, ...).
+    server_options: PolicyServerOptions | None = None
     learner: str = "local"  # a kind registered in tether.trainer.learner
     policy: TrainConfig = field(default_factory=lambda: TrainConfig(model="smollm2-135m"))
+    wandb_project: str | None = None  # also log to this Weights & Biases project
 
     def __post_init__(self) -> None:
         if self.algorithm not in ALGORITHMS:
             raise ValueError(f"unknown algorithm {self.algorithm!r}: choose one of {', '.join(ALGORITHMS)}")
         if self.steps < 0 or self.group_size < 1 or self.tasks_per_step < 1 or self.n_workers < 1:
             raise ValueError("steps >= 0, group size, tasks per step and workers >= 1")
+        self._check_demonstrations()
         if self.algorithm != "sft" and self.group_size < 2:
             raise ValueError(f"{self.algorithm} compares rollouts of a task: --group-size must be at least 2")
         self.policy.model = self.model
@@ -99,6 +117,28 @@ class TrainerConfig:
         if both:
             raise ValueError(f"agents both trained and fixed: {', '.join(both)}")
 
+    def _check_demonstrations(self) -> None:
+        if self.sft_steps < 0 or self.sft_batch < 1:
+            raise ValueError("--sft-steps must be >= 0 and --sft-batch >= 1")
+        if self.from_run is None:
+            if self.sft_steps:
+                raise ValueError("--sft-steps imitates demonstrations: name their run with --from-run")
+            return
+        if self.algorithm == "sft":
+            if self.sft_steps not in (0, self.steps):
+                raise ValueError("with --algorithm sft every step imitates --from-run: drop --sft-steps")
+            self.sft_steps = self.steps
+        elif self.sft_steps == 0:
+            raise ValueError(
+                f"--from-run with --algorithm {self.algorithm}: give --sft-steps N, the imitation updates "
+                "before RL (RL itself trains only on the policy's own rollouts)"
+            )
+
+    @property
+    def total_steps(self) -> int:
+        """Every update: the imitation warm start, then the algorithm's steps."""
+        return self.steps if self.algorithm == "sft" and self.from_run else self.sft_steps + self.steps
+
 
 @dataclass
 class FitResult:
@@ -109,10 +149,11 @@ class FitResult:
     history: list[dict[str, Any]]
 
 
-class TaskCursor:
-    """Walks the training tasks in a seeded shuffled order, epoch after epoch; its position is saved."""
+class TaskCursor(Generic[Item]):
+    """Walks the training tasks (or any items) in a seeded shuffled order, epoch after epoch; its
+    position is saved."""
 
-    def __init__(self, tasks: Sequence[Task], seed: int, position: int = 0) -> None:
+    def __init__(self, tasks: Sequence[Item], seed: int, position: int = 0) -> None:
         self.tasks = list(tasks)
         self.seed = seed
         self.position = position
@@ -122,7 +163,7 @@ class TaskCursor:
         random.Random(self.seed * 1_000_003 + epoch).shuffle(order)
         return order
 
-    def take(self, count: int) -> list[Task]:
+    def take(self, count: int) -> list[Item]:
         picked = []
         for _ in range(count):
             epoch, index = divmod(self.position, len(self.tasks))
@@ -145,15 +186,19 @@ class Trainer:
         policy_server: PolicyServer | None = None,
         learner: Learner | None = None,
         run: RunRecord | None = None,
+        pools: PoolFactory | None = None,
+        host: str = "127.0.0.1",
     ) -> None:
         self.config = config
+        self.host = host  # where the gateway listens: an advertised host when workers run on other nodes
+        self.pools = pools  # the runner's pool factory (--runner); None: the local pool
         self.run_dir = run_dir
         self.store = store
         self.auth = auth
         self.policy_server = policy_server
         self.learner = learner
         self.run = run
-        self.log = MetricsLog(run_dir)
+        self.log = MetricsLog(run_dir, config.wandb_project)
         self.history: list[dict[str, Any]] = []
         self.on_step: Callable[[dict[str, Any]], None] | None = None
 
@@ -177,7 +222,12 @@ class Trainer:
         try:
             upstreams, routes = self._fixed_upstreams(opened)
             with local_stack(
-                self.store, self.auth, [server.upstream(), *upstreams], routes=routes, hold_limit_s=600
+                self.store,
+                self.auth,
+                [server.upstream(), *upstreams],
+                routes=routes,
+                hold_limit_s=600,
+                host=self.host,
             ) as stack:
                 runner = Runner(
                     self.store,
@@ -192,6 +242,7 @@ class Trainer:
                         air=AIRRules() if config.air else AIRRules.off(),
                     ),
                     run=None if self.run is None else self.run.name,
+                    pools=self.pools,
                 )
                 session = _Session(self, server, learner, runner, stack.url, train_tasks, val_tasks)
                 return asyncio.run(session.run(resume))
@@ -200,14 +251,15 @@ class Trainer:
                 opened_server.close()
             self.log.close()
 
-    def _open_server(self, name: str, opened: list[PolicyServer]) -> PolicyServer:
-        options = PolicyServerOptions(
+    def _open_server(self, name: str, opened: list[PolicyServer], kind: str | None = None) -> PolicyServer:
+        options = replace(
+            self.config.server_options or PolicyServerOptions(model=self.config.model),
             model=self.config.model,
             name=name,
             max_batch_size=self.config.n_workers,
             threads=self.config.engine_threads,
         )
-        server = open_policy_server(self.config.policy_server, options)
+        server = open_policy_server(kind or self.config.policy_server, options)
         opened.append(server)
         return server
 
@@ -220,7 +272,8 @@ class Trainer:
         for alias, url in self.config.fixed_agents.items():
             if url is None:
                 if base is None:
-                    base = self._open_server("base", opened)
+                    # The frozen base model runs in the built-in engine, whatever serves the policy.
+                    base = self._open_server("base", opened, kind="builtin")
                     upstreams.append(base.upstream())
                 routes[alias] = "base"
             else:
@@ -245,7 +298,9 @@ class _Session:
     url: str
     train_tasks: Sequence[Task]
     val_tasks: Sequence[Task]
-    cursor: TaskCursor = field(init=False)
+    cursor: TaskCursor[Task] = field(init=False)
+    # Demonstration transitions, one list per rollout, and the cursor that walks them.
+    demonstrations: TaskCursor[list[Transition]] = field(init=False)
     step: int = 0
     # Every update runs on this one thread: torch's CPU allocations then stay in one malloc arena
     # instead of each pool thread keeping its own multi-GB arena (measured: 15 GB vs 6 GB peak).
@@ -253,6 +308,7 @@ class _Session:
 
     def __post_init__(self) -> None:
         self.cursor = TaskCursor(self.train_tasks, self.trainer.config.seed)
+        self.demonstrations = TaskCursor([], self.trainer.config.seed)
         self.update_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tether-update")
 
     @property
@@ -261,6 +317,8 @@ class _Session:
 
     async def run(self, resume: bool) -> FitResult:
         run = self.trainer.run
+        if self.config.from_run is not None:
+            self.demonstrations.tasks = await asyncio.to_thread(self._load_demonstrations)
         if resume or (run is not None and run.resumed):
             await self._restore()
         if run is not None and run.resumed:
@@ -269,6 +327,8 @@ class _Session:
         self.runner.start()
         try:
             val_before = await self.validate() if self.step == 0 else self._last_val()
+            while self.step < self.config.sft_steps:
+                await self._update(*self._demonstration_batch())
             if self.config.async_mode:
                 await self._train_async()
             else:
@@ -329,16 +389,62 @@ class _Session:
             "rollout_seconds": seconds,
             "rollouts_per_s": len(outcomes) / max(seconds, 1e-9),
             **_per_agent(report),
+            **await asyncio.to_thread(stage_stats, self.trainer.store, [o.rollout_id for o in outcomes]),
         }
         return report.transitions, stats
 
+    def _load_demonstrations(self) -> list[list[Transition]]:
+        """The demonstration run's transitions, grouped by rollout; only the training tasks' rollouts,
+        and none at all if the run holds a held-out task's."""
+        config = self.config
+        assert config.from_run is not None
+        rollouts = demonstration_rollouts(
+            self.trainer.store,
+            config.from_run,
+            min_reward=config.sft_threshold,
+            task_ids={task.id for task in self.train_tasks},
+            held_out={task.id for task in self.val_tasks},
+        )
+        cache = Path(config.policy.cache_dir) if config.policy.cache_dir else None
+        report = build_demonstrations(
+            self.trainer.store,
+            rollouts,
+            ChatTemplate.for_model(config.model, cache),
+            merge=config.merge,
+            agents=config.agents,
+            exclude_agents=tuple(config.fixed_agents),
+        )
+        console.print(f"demonstrations from run {config.from_run}: {report.summary()}")
+        by_rollout: dict[str, list[Transition]] = {}
+        for transition in report.transitions:
+            by_rollout.setdefault(transition.rollout_id, []).append(transition)
+        if not by_rollout:
+            raise NoDemonstrations(f"run {config.from_run!r}: no call of its rollouts could be rendered")
+        return list(by_rollout.values())
+
+    def _demonstration_batch(self) -> tuple[list[Transition], dict[str, Any]]:
+        picked = self.demonstrations.take(self.config.sft_batch)
+        transitions = [t for rollout in picked for t in rollout]
+        stats = {
+            "phase": "sft",
+            "reward_mean": statistics.fmean(rollout[0].reward for rollout in picked),
+            "reward_std": 0.0,
+            "rollouts": len(picked),
+            "failed_rollouts": 0,
+            "calls": sum(t.merged_calls for t in transitions),
+            "merged_calls": sum(t.merged_calls - 1 for t in transitions),
+            "merge_breaks": 0,
+            "response_length": statistics.fmean(len(t.response_ids) for t in transitions),
+            "rollout_seconds": 0.0,
+            "rollouts_per_s": 0.0,
+        }
+        return transitions, stats
+
     def _advantages(self, transitions: list[Transition]) -> AdvantageBatch:
-        if self.config.algorithm == "sft":
-            good = [t for t in transitions if t.reward >= self.config.sft_threshold]
-            batch = assign_advantages(good, method="drgrpo", drop_zero_variance=False)
-            for sample in batch.samples:
-                sample.advantage = 1.0
-            return batch
+        if self.config.algorithm == "sft" or self.step < self.config.sft_steps:
+            return imitation_batch(
+                t for t in transitions if t.demonstration or t.reward >= self.config.sft_threshold
+            )
         return assign_advantages(transitions, method=advantage_method(self.config.algorithm))
 
     # -- one update -----------------------------------------------------------------------------------
@@ -356,7 +462,9 @@ class _Session:
         }
         if batch.samples:
             try:
+                update_started = time.monotonic()
                 metrics = await self._on_update_thread(self.learner.step, batch)
+                record["update_seconds"] = time.monotonic() - update_started
             except TrainingDiverged as exc:
                 raise SystemExit(
                     f"training diverged at step {self.step + 1}: {exc}. The last good "
@@ -364,13 +472,18 @@ class _Session:
                 ) from None
             record.update({f"train.{k}": v for k, v in metrics.to_dict().items() if k != "step"})
             weights = await self._on_update_thread(self._save_weights, self.step + 1)
+            swap_started = time.monotonic()
             await self._swap(weights)
+            record["swap_seconds"] = time.monotonic() - swap_started
         else:
             record["skipped"] = "every group had the same reward: nothing to learn from this batch"
         self.step += 1
         record["policy_version_after"] = self.server.policy_version
         self.trainer.record(record)
-        if self.config.val_every and self.step % self.config.val_every == 0 and self.step < self.config.steps:
+        if self.step < self.config.total_steps and (
+            (self.config.val_every and self.step % self.config.val_every == 0)
+            or self.step == self.config.sft_steps
+        ):
             await self.validate()
         if self.config.checkpoint_every and self.step % self.config.checkpoint_every == 0:
             await self._on_update_thread(self._checkpoint)
@@ -409,7 +522,7 @@ class _Session:
             await self.server.resume()
 
     async def _train_sync(self) -> None:
-        while self.step < self.config.steps:
+        while self.step < self.config.total_steps:
             tasks = self.cursor.take(self.config.tasks_per_step)
             transitions, stats = await self._collect(self._group_requests(tasks, f"step{self.step}"))
             await self._update(transitions, stats)
@@ -423,7 +536,7 @@ class _Session:
             in_flight.append(asyncio.create_task(self._collect(self._group_requests(tasks, label))))
 
         try:
-            while self.step < self.config.steps:
+            while self.step < self.config.total_steps:
                 while len(in_flight) < 2 * self.config.tasks_per_step:
                     launch()
                 done = [await in_flight.popleft() for _ in range(self.config.tasks_per_step)]
@@ -480,6 +593,8 @@ class _Session:
                 "policy_version": self.server.policy_version,
             }
         )
+        rows = await asyncio.to_thread(_sample_rows, self.trainer.store, outcomes[:VAL_SAMPLES_LOGGED])
+        self.trainer.log.samples(self.step, rows)
         return score
 
     def _last_val(self) -> float | None:
@@ -490,6 +605,7 @@ class _Session:
         extra = {
             "step": self.step,
             "position": self.cursor.position,
+            "demonstration_position": self.demonstrations.position,
             "config": _jsonable(asdict(self.config)),
             "history": self.trainer.history,
         }
@@ -504,11 +620,24 @@ class _Session:
         extra = await self._on_update_thread(self.learner.load_checkpoint, folder)
         self.step = int(extra["step"])
         self.cursor.position = int(extra["position"])
+        self.demonstrations.position = int(extra.get("demonstration_position", 0))
         self.trainer.history = list(extra.get("history") or [])
         self.trainer.log.rewrite(self.trainer.history)
         if self.step:
             await self._load(await self._on_update_thread(self._save_weights, self.step))
         console.print(f"resumed from step {self.step}")
+
+
+def _sample_rows(store: Store, outcomes: Sequence[RolloutOutcome]) -> list[list[Any]]:
+    """Rows of the validation samples table: rollout, task, input, output, reward, status."""
+    rows = []
+    for outcome in outcomes:
+        rollout = store.get_rollout(outcome.rollout_id)
+        task_input = orjson.dumps(rollout.input).decode()
+        rows.append(
+            [rollout.id, rollout.task_id, task_input, rollout.output, outcome.reward, outcome.status.value]
+        )
+    return rows
 
 
 def _version_of(folder: Path) -> int:
@@ -524,14 +653,16 @@ def release_free_memory() -> None:
 def _merge_stats(parts: list[dict[str, Any]]) -> dict[str, Any]:
     rollouts = sum(p["rollouts"] for p in parts) or 1
     merged: dict[str, Any] = {}
-    for key in parts[0]:
-        values = [p[key] for p in parts]
-        if key in ("rollouts", "failed_rollouts", "calls", "merged_calls", "merge_breaks"):
+    keys = dict.fromkeys(key for part in parts for key in part)  # per-node and per-agent keys may differ
+    for key in keys:
+        values = [p.get(key, 0) for p in parts]
+        counted = key.startswith(("nodes.", "agent."))
+        if counted or key in ("rollouts", "failed_rollouts", "calls", "merged_calls", "merge_breaks"):
             merged[key] = sum(values)
-        elif key == "rollout_seconds":
+        elif key in ("rollout_seconds", "generation_seconds"):
             merged[key] = max(values)
         else:
-            merged[key] = sum(p[key] * p["rollouts"] for p in parts) / rollouts
+            merged[key] = sum(p.get(key, 0) * p["rollouts"] for p in parts) / rollouts
     return merged
 
 

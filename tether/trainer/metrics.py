@@ -1,4 +1,5 @@
-"""Per-step metrics: appended to `metrics.jsonl` in the run folder, and to TensorBoard when installed."""
+"""Per-step metrics: appended to `metrics.jsonl` in the run folder, to TensorBoard when installed, and to
+Weights & Biases when a project is given (`tether.trainer.wandb_sink`)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,19 @@ import orjson
 if TYPE_CHECKING:
     from torch.utils.tensorboard import SummaryWriter
 
+    from tether.trainer.wandb_sink import WandbSink
+
 
 class MetricsLog:
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, wandb_project: str | None = None) -> None:
         self.path = run_dir / "metrics.jsonl"
         run_dir.mkdir(parents=True, exist_ok=True)
         self._tensorboard = _tensorboard_writer(run_dir / "tensorboard")
+        self._wandb: WandbSink | None = None
+        if wandb_project is not None:
+            from tether.trainer.wandb_sink import WandbSink
+
+            self._wandb = WandbSink(wandb_project, run_dir)
 
     def write(self, record: dict[str, Any]) -> None:
         clean = {k: v for k, v in record.items() if not (isinstance(v, float) and not math.isfinite(v))}
@@ -27,6 +35,13 @@ class MetricsLog:
                 if isinstance(value, int | float) and not isinstance(value, bool) and key != "step":
                     self._tensorboard.add_scalar(key.replace(".", "/"), value, record["step"])
             self._tensorboard.flush()
+        if self._wandb is not None and "step" in record:
+            self._wandb.scalars(record["step"], str(record.get("kind", "train")), _scalars(clean))
+
+    def samples(self, step: int, rows: list[list[Any]]) -> None:
+        """Sample rollouts of a validation (W&B only: a table of `wandb_sink.SAMPLE_COLUMNS`)."""
+        if self._wandb is not None:
+            self._wandb.samples(step, rows)
 
     def rewrite(self, records: list[dict[str, Any]]) -> None:
         """Make the log exactly these records (a resumed run drops what came after its checkpoint)."""
@@ -35,6 +50,17 @@ class MetricsLog:
     def close(self) -> None:
         if self._tensorboard is not None:
             self._tensorboard.close()
+        if self._wandb is not None:
+            self._wandb.close()
+            self._wandb = None
+
+
+def _scalars(record: dict[str, Any]) -> dict[str, float]:
+    return {
+        key: value
+        for key, value in record.items()
+        if isinstance(value, int | float) and not isinstance(value, bool) and key != "step"
+    }
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:

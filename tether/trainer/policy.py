@@ -51,7 +51,7 @@ prefer_passive_waiting()
 import torch
 
 from tether.adapters.transitions import Transition
-from tether.algorithms.advantages import AdvantageBatch, Sample
+from tether.algorithms.advantages import IMITATION, AdvantageBatch, Sample, refuse_demonstrations
 from tether.engines.catalog import resolve_model
 from tether.policy_server.base import PolicyWeights
 from tether.trainer.config import TrainConfig
@@ -87,6 +87,7 @@ class StepMetrics:
     seconds: float
     tokens_per_s: float  # forward_tokens / seconds
     peak_rss_mb: float  # the process's peak resident memory so far
+    nll: float = 0.0  # mean negative logprob of the trained tokens before this update (SFT's loss)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -106,6 +107,7 @@ class MicroBatch:
     behaviour: torch.Tensor  # [B, K] recorded logprobs
     advantages: torch.Tensor  # [B, 1]
     coef: torch.Tensor  # [B, 1] weight / (trained tokens * total weight)
+    demonstration: torch.Tensor  # [B, 1] bool: no recorded logprobs (another model's text)
 
     @property
     def padded_tokens(self) -> int:
@@ -126,6 +128,7 @@ class _Totals:
     approx_kl: float = 0.0
     ref_kl: float = 0.0
     entropy: float = 0.0
+    nll: float = 0.0
     padded: int = 0
 
     def mean(self, total: float) -> float:
@@ -235,6 +238,7 @@ def collate(
         behaviour=behaviour,
         advantages=torch.tensor(adv, dtype=torch.float32)[:, None],
         coef=torch.tensor(coef, dtype=torch.float32)[:, None],
+        demonstration=torch.tensor([t.demonstration for t in rows], dtype=torch.bool)[:, None],
     )
 
 
@@ -331,6 +335,8 @@ class PolicyTrainer:
         started = time.perf_counter()
         cfg = self.config
         samples = [s for s in _samples_of(batch) if s.transition.trained_tokens > 0 and s.weight != 0]
+        if not _is_imitation(batch):
+            refuse_demonstrations([s.transition for s in samples])
         for s in samples:
             _check_sample(s.transition, self.max_seq_len)
             if s.weight < 0:
@@ -385,6 +391,7 @@ class PolicyTrainer:
             seconds=seconds,
             tokens_per_s=forward_tokens / seconds if seconds > 0 else 0.0,
             peak_rss_mb=peak_rss_mb(),
+            nll=totals.mean(totals.nll),
         )
 
     def _accumulate(self, mb: MicroBatch, totals: _Totals, where: str) -> None:
@@ -392,9 +399,12 @@ class PolicyTrainer:
         mask = mb.mask.to(self.device)
         coef = mb.coef.to(self.device)
         logp, entropy = self._token_logprobs(mb, entropy=True)
+        # A demonstration has no behaviour policy: measured against the trainer's own logprob the ratio is
+        # 1 and the surrogate's gradient with advantage 1 is the cross-entropy's.
+        behaviour = torch.where(mb.demonstration.to(self.device), logp.detach(), mb.behaviour.to(self.device))
         per_token, stats = policy_loss(
             logp,
-            mb.behaviour.to(self.device),
+            behaviour,
             mb.advantages.to(self.device),
             mask,
             cfg.clip_low,
@@ -428,6 +438,7 @@ class PolicyTrainer:
         totals.approx_kl += float(stats["approx_kl"][mask].sum())
         if entropy is not None:
             totals.entropy += float(entropy[mask].sum())
+        totals.nll -= float(logp.detach()[mask].sum())
 
     def _clip_gradients(self) -> float:
         max_norm = self.config.grad_clip if self.config.grad_clip > 0 else math.inf
@@ -552,6 +563,10 @@ def _wrap_lora(model: Any, config: TrainConfig) -> Any:
         # peft probes a transformers attribute that is deprecated in transformers 5; harmless.
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
         return get_peft_model(model, lora)
+
+
+def _is_imitation(batch: AdvantageBatch | Sequence[Sample]) -> bool:
+    return isinstance(batch, AdvantageBatch) and batch.report.method == IMITATION
 
 
 def _samples_of(batch: AdvantageBatch | Sequence[Sample]) -> list[Sample]:

@@ -8,6 +8,7 @@ as absent: the gateway never re-tokenizes text to invent them.
 from tether.gateway.upstreams.base import CallKind, CallRecord, ChoiceRecord, Upstream
 from tether.gateway.upstreams.engine import EngineUpstream, sampling_params
 from tether.gateway.upstreams.http import HTTPUpstream, HTTPUpstreamConfig, Target
+from tether.gateway.upstreams.replicas import ReplicaUpstream
 from tether.gateway.upstreams.sse import StreamAborted, record_of_events, sse
 
 __all__ = [
@@ -17,6 +18,7 @@ __all__ = [
     "EngineUpstream",
     "HTTPUpstream",
     "HTTPUpstreamConfig",
+    "ReplicaUpstream",
     "StreamAborted",
     "Target",
     "Upstream",

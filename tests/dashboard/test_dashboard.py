@@ -1,0 +1,148 @@
+"""The dashboard in a real browser (headless Chromium), over a finished tiny-model training run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.dashboard.conftest import RUN, Dashboard, TrainedProject, sign_in
+from tether.adapters import build_transitions
+from tether.store.models import RolloutStatus
+from tether.store.reward_rule import rollout_reward
+from tether.trainer.metrics import MetricsLog, read_metrics
+
+pytestmark = pytest.mark.slow
+WAIT_MS = 30_000
+
+
+def test_runs_page_lists_the_finished_run_and_draws_its_curve(
+    page: Any, dashboard: Dashboard, trained: TrainedProject, artifacts: Path
+) -> None:
+    sign_in(page, dashboard, dashboard.viewer_token)
+    row = page.locator(f'#runs tr[data-run="{RUN}"]')
+    row.wait_for(timeout=WAIT_MS)
+    steps = max(r["step"] for r in read_metrics(trained.run_dir) if r["kind"] == "train")
+    assert row.locator("td").nth(4).inner_text() == str(steps)
+    row.locator("input[type=checkbox]").check()
+    finished = len(trained.store.list_rollouts(run=RUN, status=RolloutStatus.succeeded, limit=10_000))
+    assert f"succeeded {finished}" in row.inner_text()
+    records = read_metrics(trained.run_dir)
+    plotted = sum(r["kind"] in ("train", "val") for r in records)
+    page.wait_for_selector(f'#chart[data-points="{plotted}"] canvas', timeout=WAIT_MS)
+    assert page.locator("#chart .u-legend").inner_text().count(RUN) == 2  # reward and held-out
+    page.screenshot(path=str(artifacts / "runs.png"), full_page=True)
+
+
+def test_rollouts_table_filters_and_pages(
+    page: Any, dashboard: Dashboard, trained: TrainedProject, artifacts: Path
+) -> None:
+    store = trained.store
+    everything = store.list_rollouts(run=RUN, limit=10_000)
+    sign_in(page, dashboard, dashboard.admin_token, f"#/rollouts?run={RUN}&limit=5")
+    page.wait_for_selector("#rollouts tbody tr[data-rollout]", timeout=WAIT_MS)
+    assert page.inner_text("#page-info") == f"1–5 of {len(everything)}"
+    first_page = page.locator("#rollouts tbody tr").evaluate_all("rows => rows.map(r => r.dataset.rollout)")
+    page.click("#next")
+    page.wait_for_function("document.querySelector('#page-info').textContent.startsWith('6–')")
+    second_page = page.locator("#rollouts tbody tr").evaluate_all("rows => rows.map(r => r.dataset.rollout)")
+    assert len(second_page) == 5 and not set(first_page) & set(second_page)
+    newest_first = [r.id for r in reversed(everything)]  # the store lists oldest first
+    assert first_page + second_page == newest_first[:10]
+
+    winners = {r.id for r in everything if (rollout_reward(store, r) or 0.0) >= 1.0}
+    succeeded = {r.id for r in everything if r.status == RolloutStatus.succeeded}
+    expected = winners & succeeded
+    page.fill("input[name=reward_min]", "1")
+    page.select_option("select[name=status]", "succeeded")
+    page.click("#filters button[type=submit]")
+    info = f"1–{min(5, len(expected))} of {len(expected)}" if expected else "0 of 0"
+    page.wait_for_function(f"document.querySelector('#page-info')?.textContent === {info!r}")
+    shown = set(
+        page.locator("#rollouts tbody tr[data-rollout]").evaluate_all(
+            "rows => rows.map(r => r.dataset.rollout)"
+        )
+    )
+    assert shown <= expected and len(shown) == min(5, len(expected))
+    page.screenshot(path=str(artifacts / "rollouts.png"), full_page=True)
+
+
+def test_rollout_page_shows_waterfall_and_tokens_with_masked_tokens(
+    page: Any, dashboard: Dashboard, trained: TrainedProject, artifacts: Path
+) -> None:
+    store = trained.store
+    rollout = next(r for r in store.list_rollouts(run=RUN, limit=10_000) if r.mode == "train")
+    spans = store.query_spans(rollout_id=rollout.id)
+    report = build_transitions(store, [rollout], merge=True)
+    (transition,) = report.transitions  # the two calls merged into one sample
+    masked = transition.loss_mask.count(0)
+    assert masked > 0 and transition.merged_calls == 2
+
+    sign_in(page, dashboard, dashboard.viewer_token, f"#/rollout/{rollout.id}")
+    page.wait_for_selector("#waterfall .wf-row", timeout=WAIT_MS)
+    assert page.locator("#waterfall .wf-row").count() == len(spans)
+    assert page.locator("#waterfall .bar.call").count() == 2
+    assert "tool:lookup" in page.inner_text("#waterfall")
+    page.wait_for_selector("#call .tokens .tok", timeout=WAIT_MS)
+    call = store.query_spans(rollout_id=rollout.id)[0]
+    response_ids = call.attributes["choices"][0]["token_ids"]
+    response_view = page.locator('#call .tokens[aria-label="response tokens"] .tok')
+    assert response_view.count() == len(response_ids)
+    assert page.locator('#call .tokens[aria-label="prompt tokens"] .tok.masked').count() == len(
+        call.attributes["prompt_token_ids"]
+    )
+    assert "policy version" in page.inner_text("#call")
+    page.wait_for_selector("#transitions .transition", timeout=WAIT_MS)
+    sample = page.locator('#transitions .tokens[aria-label="transition response tokens"]')
+    assert sample.locator(".tok.masked").count() == masked
+    assert sample.locator(".tok.trained").count() == transition.trained_tokens
+    assert "merged" in page.inner_text("#transitions")
+    page.screenshot(path=str(artifacts / "rollout.png"), full_page=True)
+    page.set_viewport_size({"width": 420, "height": 900})  # a narrow screen: one column, no sideways page
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+    page.screenshot(path=str(artifacts / "rollout-narrow.png"), full_page=True)
+
+
+def test_live_run_curve_grows_while_watched(
+    page: Any, dashboard: Dashboard, trained: TrainedProject, artifacts: Path
+) -> None:
+    log = MetricsLog(trained.runs_dir / "live-run")
+    log.write({"kind": "val", "step": 0, "val_score": 0.25})
+    log.write({"kind": "train", "step": 1, "reward_mean": 0.1, "reward_std": 0.2})
+    try:
+        finished = sum(r["kind"] in ("train", "val") for r in read_metrics(trained.run_dir))
+        sign_in(page, dashboard, dashboard.viewer_token)
+        page.locator(f'#runs tr[data-run="{RUN}"] input[type=checkbox]').check()  # overlaid
+        page.locator('#runs tr[data-run="live-run"] input[type=checkbox]').check()
+        page.wait_for_selector(f'#chart[data-points="{finished + 2}"]', timeout=WAIT_MS)
+        assert "live" in page.inner_text('#runs tr[data-run="live-run"]')
+        for step in range(2, 5):
+            log.write({"kind": "train", "step": step, "reward_mean": 0.1 * step, "reward_std": 0.2})
+            page.wait_for_selector(f'#chart[data-points="{finished + step + 1}"]', timeout=WAIT_MS)
+        page.screenshot(path=str(artifacts / "live.png"), full_page=True)
+    finally:
+        log.close()
+
+
+def test_invalid_token_gets_the_login_screen_not_data(
+    page: Any, dashboard: Dashboard, trained: TrainedProject
+) -> None:
+    rollout = trained.store.list_rollouts(run=RUN, limit=1)[0]
+    sign_in(page, dashboard, "tview-not-a-real-token", f"#/rollout/{rollout.id}")
+    page.wait_for_selector("#login-error:not(:empty)", timeout=WAIT_MS)
+    assert page.locator("#login-screen").is_visible()
+    assert not page.locator("#view").is_visible()
+    assert rollout.id not in page.content()
+    assert page.evaluate("sessionStorage.getItem('tether.token')") is None
+    rollout_token = trained.project.authority().rollout_token(rollout.id)
+    for token in ("nope", rollout_token):
+        answer = httpx.get(
+            f"{dashboard.url}/ui/api/rollouts/{rollout.id}", headers={"Authorization": f"Bearer {token}"}
+        )
+        assert answer.status_code == 401
+    viewer = {"Authorization": f"Bearer {dashboard.viewer_token}"}
+    assert httpx.get(f"{dashboard.url}/ui/api/rollouts/{rollout.id}", headers=viewer).status_code == 200
+    # the viewer token reads the dashboard only: the store API refuses it
+    assert httpx.get(f"{dashboard.url}/store/runs", headers=viewer).status_code == 401

@@ -1,0 +1,43 @@
+"""`tether train`'s step lines: one line per step in a log however narrow, a live bar on a terminal."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+
+from tether.cli.progress import step_line, step_progress
+
+TRAIN = {
+    "kind": "train",
+    "step": 7,
+    "reward_mean": 0.125,
+    "reward_std": 0.331,
+    "groups_used": 3,
+    "rollouts_per_s": 0.55,
+    "policy_version_after": 7,
+    "train.loss": 0.0123,
+    "train.clip_fraction": 0.0,
+    "train.approx_kl": 0.0001,
+    "train.seconds": 4.2,
+}
+VAL = {"kind": "val", "step": 8, "val_score": 0.625}
+
+
+def test_a_log_gets_one_unwrapped_line_per_step() -> None:
+    out = io.StringIO()
+    console = Console(file=out, width=40, force_terminal=False)  # narrower than any step line
+    with step_progress(console, total=12) as show:
+        show(TRAIN)
+        show(VAL)
+    assert out.getvalue().splitlines() == [step_line(TRAIN), step_line(VAL)]
+    assert "\r" not in out.getvalue() and "clip 0.000" in step_line(TRAIN)
+
+
+def test_a_terminal_gets_the_bar_and_the_lines() -> None:
+    out = io.StringIO()
+    console = Console(file=out, width=200, force_terminal=True, color_system=None)
+    with step_progress(console, total=12) as show:
+        show(TRAIN)
+    text = out.getvalue()
+    assert step_line(TRAIN) in text and "training" in text and "7/12" in text

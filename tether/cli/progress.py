@@ -1,0 +1,70 @@
+"""Training progress: one short line per step, and a live bar when stderr is a terminal.
+
+In a log (not a terminal) every step is exactly one line, never wrapped or cut, and no bar is drawn: a
+bar redrawn with carriage returns is noise in a file. In a terminal the bar stays at the bottom and the
+step lines scroll above it.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import IO, Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+OnStep = Callable[[dict[str, Any]], None]
+
+
+def step_line(record: dict[str, Any]) -> str:
+    """`step   7  reward 0.125±0.331  groups 3  4.20 ro/s  loss +0.0123  clip 0.000  kl 0.0001  4.2s`"""
+    step = f"step {record['step']:>3}"
+    if record["kind"] == "val":
+        return f"{step}  held-out accuracy {record['val_score']:.3f}"
+    line = (
+        f"{step}  reward {record['reward_mean']:.3f}±{record['reward_std']:.3f}  "
+        f"groups {record['groups_used']}  {record['rollouts_per_s']:.2f} ro/s"
+    )
+    if "train.loss" in record:
+        line += (
+            f"  loss {record['train.loss']:+.4f}  clip {record['train.clip_fraction']:.3f}  "
+            f"kl {record['train.approx_kl']:.4f}  {record['train.seconds']:.1f}s"
+        )
+    return line
+
+
+@contextmanager
+def step_progress(console: Console, total: int) -> Iterator[OnStep]:
+    """A callback for each metrics record: a bar plus lines on a terminal, plain lines otherwise."""
+    if not console.is_terminal:
+        yield _plain_lines(console.file)
+        return
+    with Progress(
+        TextColumn("[bold]training"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[detail]}"),
+        TimeElapsedColumn(),
+        console=console,
+    ) as progress:
+        bar = progress.add_task("train", total=total, detail="")
+
+        def show(record: dict[str, Any]) -> None:
+            if record["kind"] != "val":
+                detail = f"reward {record['reward_mean']:.3f}  v{record['policy_version_after']}"
+                progress.update(bar, completed=record["step"], detail=detail)
+            progress.console.print(step_line(record), soft_wrap=True, highlight=False, markup=False)
+
+        yield show
+
+
+def _plain_lines(out: IO[str] | None) -> OnStep:
+    stream = out or sys.stderr
+
+    def show(record: dict[str, Any]) -> None:
+        stream.write(step_line(record) + "\n")
+        stream.flush()
+
+    return show

@@ -1,0 +1,174 @@
+// One rollout: summary, attempts, rewards, output and error; the trace waterfall of all its spans; the
+// selected model call (messages, response, token view); and its transitions.
+"use strict";
+
+pages.rollout = async function (view, params, rolloutId) {
+  const detail = await api.get(`/rollouts/${encodeURIComponent(rolloutId)}`);
+  const r = detail.rollout;
+  const callPanel = el("section", { id: "call", class: "card" }, el("p", { class: "muted" }, "Select a model call in the waterfall."));
+  const transitionsPanel = el("section", { id: "transitions", class: "card" }, el("h2", {}, "Transitions"), el("p", { class: "muted" }, "Loading…"));
+  view.replaceChildren(
+    el("h1", {}, "Rollout ", el("code", {}, r.id)),
+    el(
+      "section",
+      { class: "card grid" },
+      facts([
+        ["run", r.run],
+        ["task", r.task_id],
+        ["mode", r.mode],
+        ["status", el("span", { class: `status ${r.status}` }, r.status)],
+        ["reward", fmt(detail.reward)],
+        ["group", r.group_id],
+        ["attempts", `${r.attempt_count} of ${r.max_attempts}`],
+        ["created", when(r.created_at)],
+      ]),
+      el("div", {}, el("h3", {}, "Output"), el("pre", { class: "text" }, r.output || "–"), r.error ? el("h3", {}, "Error") : null, r.error ? el("pre", { class: "text error" }, r.error) : null),
+    ),
+    el("section", { class: "card" }, el("h2", {}, "Attempts"), attemptsTable(detail.attempts)),
+    el("section", { class: "card" }, el("h2", {}, "Rewards"), rewardsTable(detail.rewards)),
+    el("section", { class: "card" }, el("h2", {}, `Trace (${detail.spans.length} spans)`), waterfall(detail.spans, (span) => showCall(callPanel, r.id, span))),
+    callPanel,
+    transitionsPanel,
+  );
+  performance.mark("tether:rollout-rendered");
+  const firstCall = detail.spans.find((span) => span.call);
+  if (firstCall) showCall(callPanel, r.id, firstCall);
+  api.get(`/rollouts/${encodeURIComponent(r.id)}/transitions`).then((t) => showTransitions(transitionsPanel, t));
+};
+
+// A table in a box that scrolls sideways on a narrow screen, instead of the page.
+function scrolling(tag, attrs, ...children) {
+  return el("div", { class: "scroll" }, el(tag, attrs, ...children));
+}
+
+function facts(pairs) {
+  return el("dl", { class: "facts" }, pairs.flatMap(([key, value]) => [el("dt", {}, key), el("dd", {}, value ?? "–")]));
+}
+
+function attemptsTable(attempts) {
+  if (!attempts.length) return el("p", { class: "muted" }, "Not started.");
+  return scrolling(
+    "table",
+    {},
+    el("thead", {}, el("tr", {}, ["#", "worker", "status", "started", "ended", "error"].map((h) => el("th", {}, h)))),
+    el("tbody", {}, attempts.map((a) => el("tr", {}, el("td", {}, a.number), el("td", {}, a.worker_id), el("td", {}, el("span", { class: `status ${a.status}` }, a.status)), el("td", {}, when(a.started_at)), el("td", {}, when(a.ended_at)), el("td", {}, a.error || "")))),
+  );
+}
+
+function rewardsTable(rewards) {
+  if (!rewards.length) return el("p", { class: "muted" }, "No rewards recorded.");
+  return scrolling(
+    "table",
+    {},
+    el("thead", {}, el("tr", {}, ["name", "value", "source", "primary", "attempt", "linked span"].map((h) => el("th", {}, h)))),
+    el("tbody", {}, rewards.map((w) => el("tr", {}, el("td", {}, w.name), el("td", { class: "num" }, fmt(w.value)), el("td", {}, w.source === "air" ? "AIR (automatic)" : w.source), el("td", {}, w.primary ? "yes" : "no"), el("td", {}, fmt(w.attempt)), el("td", {}, w.span_id || "–")))),
+  );
+}
+
+function waterfall(spans, onSelect) {
+  if (!spans.length) return el("p", { class: "muted" }, "No spans.");
+  const start = Math.min(...spans.map((s) => s.start));
+  const end = Math.max(...spans.map((s) => s.end || s.start));
+  const total = Math.max(end - start, 1e-6);
+  const depth = spanDepths(spans);
+  const rows = spans.map((span) => {
+    const left = ((span.start - start) / total) * 100;
+    const width = Math.max((((span.end || span.start) - span.start) / total) * 100, 0.4);
+    const ms = span.end ? ((span.end - span.start) * 1000).toFixed(1) + " ms" : "open";
+    const classes = ["bar", span.call ? "call" : "other", span.status];
+    const label = el("div", { class: "label", style: `padding-left:${depth.get(span.span_id) * 0.8}rem` }, span.name, el("span", { class: "muted" }, ` ${span.origin}`));
+    const row = el(
+      "div",
+      { class: "wf-row", dataset: { span: span.span_id }, role: span.call ? "button" : null, tabindex: span.call ? "0" : null },
+      label,
+      el("div", { class: "track" }, el("div", { class: classes.join(" "), style: `left:${left}%;width:${width}%`, title: `${span.name} · ${ms} · ${span.status}` })),
+      el("div", { class: "ms num" }, ms),
+    );
+    if (span.call) {
+      row.addEventListener("click", () => onSelect(span));
+      row.addEventListener("keydown", (event) => event.key === "Enter" && onSelect(span));
+    }
+    return row;
+  });
+  return el("div", { id: "waterfall", class: "waterfall" }, rows);
+}
+
+function spanDepths(spans) {
+  const parents = new Map(spans.map((s) => [s.span_id, s.parent_id]));
+  const depth = new Map();
+  for (const span of spans) {
+    let d = 0;
+    let parent = span.parent_id;
+    const seen = new Set();
+    while (parent && parents.has(parent) && !seen.has(parent) && d < 20) {
+      seen.add(parent);
+      parent = parents.get(parent);
+      d += 1;
+    }
+    depth.set(span.span_id, d);
+  }
+  return depth;
+}
+
+async function showCall(panel, rolloutId, span) {
+  document.querySelectorAll(".wf-row.selected").forEach((row) => row.classList.remove("selected"));
+  const row = document.querySelector(`.wf-row[data-span="${span.span_id}"]`);
+  if (row) row.classList.add("selected");
+  panel.replaceChildren(el("p", { class: "muted" }, "Loading call…"));
+  const call = await api.get(`/rollouts/${encodeURIComponent(rolloutId)}/calls/${encodeURIComponent(span.span_id)}`);
+  const request = call.request || {};
+  const messages = request.messages || request.input || request.prompt;
+  panel.replaceChildren(
+    el("h2", {}, "Model call ", el("code", {}, call.span_id)),
+    facts([
+      ["model", call.model],
+      ["agent", call.agent],
+      ["policy version", fmt(call.policy_version)],
+      ["latency", call.latency_ms === null ? "–" : `${fmt(call.latency_ms, 1)} ms`],
+      ["training", call.outcome + (call.break_reason ? ` (chain broke here: ${call.break_reason})` : "")],
+    ]),
+    el("div", { class: "two" }, el("div", {}, el("h3", {}, "Messages as the agent sent them"), el("pre", { class: "text" }, pretty(messages ?? request))), el("div", {}, el("h3", {}, "Response"), el("pre", { class: "text" }, pretty(call.error || (call.choices[0] && call.choices[0].text) || call.response)))),
+    el("h3", {}, "Tokens", call.decoded ? "" : " (ids: no tokenizer)"),
+    tokenLegend(),
+    el("h4", {}, `Prompt (${call.prompt_tokens.length})`),
+    tokenView(call.prompt_tokens, "prompt tokens"),
+    el("h4", {}, `Response (${call.response_tokens.length})`),
+    tokenView(call.response_tokens, "response tokens"),
+  );
+}
+
+function showTransitions(panel, view) {
+  const outcome = (c) => (c.break_reason ? `${c.outcome} — chain broke: ${c.break_reason}` : c.outcome);
+  panel.replaceChildren(
+    el("h2", {}, "Transitions"),
+    el("p", {}, view.summary),
+    el("p", { class: "muted" }, `Advantages: ${view.method} over a group of ${view.group_size} rollouts` + (view.group_used ? "." : " — this group was not trained on (all its rewards were equal, or it had no trained tokens).")),
+    el("h3", {}, "Calls"),
+    scrolling(
+      "table",
+      { class: "calls" },
+      el("thead", {}, el("tr", {}, ["call", "attempt", "agent", "became"].map((h) => el("th", {}, h)))),
+      el("tbody", {}, view.calls.map((c) => el("tr", { class: c.break_reason ? "broke" : null }, el("td", {}, el("code", {}, c.span_id)), el("td", {}, fmt(c.attempt)), el("td", {}, c.agent || "–"), el("td", {}, outcome(c))))),
+    ),
+    ...view.transitions.map((t, i) =>
+      el(
+        "div",
+        { class: "transition" },
+        el("h3", {}, `Sample ${i + 1}: ${t.span_ids.length} call${t.span_ids.length > 1 ? "s merged" : ""}`),
+        facts([
+          ["reward", fmt(t.reward)],
+          ["step reward", fmt(t.step_reward)],
+          ["advantage", fmt(t.advantage)],
+          ["loss weight", fmt(t.weight)],
+          ["trained tokens", t.trained_tokens],
+          ["policy version", fmt(t.policy_version)],
+        ]),
+        tokenLegend(),
+        el("h4", {}, `Prompt (${t.prompt_tokens.length})`),
+        tokenView(t.prompt_tokens, "transition prompt tokens"),
+        el("h4", {}, `Response and observations (${t.response_tokens.length})`),
+        tokenView(t.response_tokens, "transition response tokens"),
+      ),
+    ),
+  );
+}

@@ -1,0 +1,71 @@
+"""Runs one vLLM server for Tether and makes sure it never outlives Tether (standard library only).
+
+Tether starts this file with the vLLM environment's Python, as `python supervise.py -- VLLM ARGS...`,
+with a pipe as its stdin. It starts vLLM in a process group of its own, then waits. When the pipe closes
+(Tether exited, was killed with -9, or crashed) or it is sent SIGTERM/SIGINT, it stops the whole group:
+SIGTERM, then SIGKILL after a grace period. vLLM's own exit code becomes this process's.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+
+GRACE_S = 15.0
+
+
+def stop_group(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to vLLM's group, SIGKILL after the grace period; then SIGKILL whatever is left of the
+    group (a child the server left behind) even when the server itself exited."""
+    if process.poll() is None:
+        _signal_group(process.pid, signal.SIGTERM)
+        try:
+            process.wait(GRACE_S)
+        except subprocess.TimeoutExpired:
+            _signal_group(process.pid, signal.SIGKILL)
+            process.wait()
+    _signal_group(process.pid, signal.SIGKILL)
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    try:
+        os.killpg(pgid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def watch_stdin(process: subprocess.Popen[bytes]) -> None:
+    """Block until stdin closes: the parent is gone, or asked us to stop by closing the pipe."""
+    try:
+        while sys.stdin.buffer.read(1024):
+            pass
+    except (OSError, ValueError):
+        pass
+    stop_group(process)
+
+
+def main(argv: list[str]) -> int:
+    if "--" not in argv:
+        print("usage: supervise.py -- COMMAND [ARGS...]", file=sys.stderr)
+        return 2
+    command = argv[argv.index("--") + 1 :]
+    process = subprocess.Popen(command, start_new_session=True, stdin=subprocess.DEVNULL)
+
+    def on_signal(signum: int, frame: object) -> None:
+        stop_group(process)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    threading.Thread(target=watch_stdin, args=(process,), daemon=True).start()
+    code = process.wait()
+    stop_group(process)  # vLLM's own children, should the server have left any
+    return code if code >= 0 else 128 - code
+
+
+if __name__ == "__main__":
+    sys.stdout.flush()
+    # os._exit: the stdin watcher is blocked in a read, and a normal exit would wait on its lock.
+    os._exit(main(sys.argv[1:]))

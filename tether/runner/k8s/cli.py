@@ -1,0 +1,97 @@
+"""The command-line options of the Kubernetes runner, and the pool factory they make (checked first)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+
+from rich.console import Console
+
+from tether.runner.agents import Agent
+from tether.runner.k8s.options import DEFAULT_TTL_S, K8sOptions, K8sOptionsError, parse_listen
+from tether.runner.runner import PoolFactory
+from tether.store.models import Task
+
+K8S_ONLY = ("job_template", "kubeconfig", "agent_url", "agent_listen")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("Kubernetes runner (--runner k8s, see docs/kubernetes.md)")
+    group.add_argument(
+        "--job-template",
+        metavar="FILE",
+        help="Jinja YAML of one batch/v1 Job, rendered per attempt with task, rollout and command (the "
+        "--agent command filled with the task); Tether sets its name, labels, deadline, retries, TTL "
+        "and env",
+    )
+    group.add_argument("--namespace", default="default", help="namespace of the Jobs")
+    group.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help="kubeconfig to use (default: the in-cluster service account, else $KUBECONFIG or "
+        "~/.kube/config)",
+    )
+    group.add_argument(
+        "--agent-url",
+        metavar="URL",
+        help="how pods reach the gateway, e.g. http://host.minikube.internal:8123 (the gateway listens on "
+        "loopback; Tether relays --agent-listen to it)",
+    )
+    group.add_argument(
+        "--agent-listen",
+        metavar="HOST:PORT",
+        help="where Tether accepts the pods' connections and relays them to the gateway (default: "
+        "127.0.0.1 and the port of --agent-url)",
+    )
+    group.add_argument(
+        "--max-jobs-per-minute", type=float, default=60.0, help="Jobs created per minute at most"
+    )
+    group.add_argument(
+        "--job-ttl", type=int, default=DEFAULT_TTL_S, help="ttlSecondsAfterFinished of each Job (seconds)"
+    )
+
+
+def options_from_args(args: argparse.Namespace) -> K8sOptions:
+    if not args.job_template or not args.agent_url:
+        raise K8sOptionsError(
+            "--runner k8s needs --job-template FILE (the Job of one attempt) and --agent-url URL (how pods "
+            "reach the gateway): see docs/kubernetes.md"
+        )
+    return K8sOptions(
+        job_template=Path(args.job_template),
+        agent_url=args.agent_url,
+        namespace=args.namespace,
+        kubeconfig=args.kubeconfig,
+        max_jobs_per_minute=args.max_jobs_per_minute,
+        listen=parse_listen(args.agent_listen, args.agent_url),
+        ttl_s=args.job_ttl,
+    )
+
+
+def check_unused(args: argparse.Namespace) -> None:
+    """Kubernetes options without --runner k8s are a mistake, not something to ignore."""
+    given = [name for name in K8S_ONLY if getattr(args, name, None)]
+    if given:
+        flag = "--" + given[0].replace("_", "-")
+        raise K8sOptionsError(f"{flag} is an option of the Kubernetes runner: add --runner k8s")
+
+
+def kubernetes_pools_for(
+    args: argparse.Namespace, tasks: Sequence[Task], agent: Agent, console: Console
+) -> PoolFactory:
+    """Checks the template against every task and the cluster (preflight), then the pool factory.
+    Raises K8sOptionsError, TemplateError or KubeError, each with one line naming the fix."""
+    try:
+        from tether.runner.k8s.pool import kubernetes_pools
+        from tether.runner.k8s.prepare import prepare
+    except ImportError as exc:
+        raise K8sOptionsError(
+            f"--runner k8s needs the Kubernetes client ({exc}): pip install -e '.[k8s]'"
+        ) from None
+
+    options = options_from_args(args)
+    with console.status(f"Kubernetes preflight (namespace {options.namespace}) ..."):
+        prepare(options, tasks, agent, args.timeout)
+    console.print(f"[green]Kubernetes[/] namespace {options.namespace}: preflight passed")
+    return kubernetes_pools(options)
