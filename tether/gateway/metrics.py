@@ -63,6 +63,13 @@ class GatewayMetrics:
             registry=self.registry,
         )
         self._paused_at: float | None = None
+        self._gauges: _ScrapeTimeGauges | None = None
+
+    def read_at_scrape(self, gateway: Gateway) -> None:
+        """Register the gauges read from `gateway` when scraped (once: an app may be built twice)."""
+        if self._gauges is None:
+            self._gauges = _ScrapeTimeGauges(gateway)
+            self.registry.register(self._gauges)
 
     def recorded(self, span: Span) -> None:
         attributes = span.attributes
@@ -94,8 +101,15 @@ class GatewayMetrics:
 class _ScrapeTimeGauges(Collector):
     """What is read when scraped: admission, upstream versions, rollouts by status from the store."""
 
+    NAMES = ("tether_admission_paused", "tether_calls_in_flight", "tether_calls_waiting")
+
     def __init__(self, gateway: Gateway) -> None:
         self.gateway = gateway
+
+    def describe(self) -> Iterator[Metric]:
+        """The names, without reading anything: the registry asks at registration, before any store."""
+        for name in (*self.NAMES, "tether_policy_version", "tether_rollouts"):
+            yield GaugeMetricFamily(name, name)
 
     def collect(self) -> Iterator[Metric]:
         admission = self.gateway.admission
@@ -124,7 +138,7 @@ def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
 
 def create_metrics_router(gateway: Gateway) -> APIRouter:
     registry = gateway.metrics.registry
-    registry.register(_ScrapeTimeGauges(gateway))
+    gateway.metrics.read_at_scrape(gateway)
     router = APIRouter(tags=["meta"])
 
     @router.get("/metrics", include_in_schema=False)
