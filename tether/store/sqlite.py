@@ -21,7 +21,8 @@ import orjson
 from tether.contracts import Meta
 from tether.filemodes import PRIVATE_DIR, PRIVATE_FILE, make_private
 from tether.store import lifecycle, sqlite_query
-from tether.store.base import InvalidTransition, InvalidValue, NotFound, StoreError
+from tether.store.base import InvalidTransition, NotFound, StoreError
+from tether.store.codec import dumps, span_conditions, span_of, span_values
 from tether.store.models import (
     Attempt,
     Claim,
@@ -34,7 +35,6 @@ from tether.store.models import (
     RolloutRow,
     RolloutStatus,
     Span,
-    SpanEvent,
     Task,
     new_id,
     now,
@@ -108,13 +108,6 @@ SPANS_V1_COLUMNS = (
 CROSS_PROCESS_RECHECK_S = 0.25
 
 
-def _dumps(value: Any) -> str:
-    try:
-        return orjson.dumps(value).decode()
-    except TypeError as exc:  # orjson.JSONEncodeError too: e.g. an integer beyond 64 bits
-        raise InvalidValue(f"cannot store this value as JSON: {exc}") from None
-
-
 def _rollout(row: sqlite3.Row) -> Rollout:
     return Rollout(
         id=row["id"],
@@ -152,45 +145,6 @@ def _create_private(path: Path) -> None:
     for suffix in ("", "-wal", "-shm"):
         with suppress(OSError):
             make_private(path.with_name(path.name + suffix))
-
-
-def _span(row: sqlite3.Row) -> Span:
-    return Span(
-        seq=row["seq"],
-        rollout_id=row["rollout_id"],
-        attempt=row["attempt"],
-        trace_id=row["trace_id"],
-        span_id=row["span_id"],
-        parent_id=row["parent_id"],
-        name=row["name"],
-        kind=row["kind"],
-        start_time=row["start_time"],
-        end_time=row["end_time"],
-        status=row["status"],
-        status_message=row["status_message"],
-        attributes=orjson.loads(row["attributes"]),
-        events=[SpanEvent(**event) for event in orjson.loads(row["events"])],
-        origin=row["origin"],
-    )
-
-
-def _span_row(span: Span) -> tuple[Any, ...]:
-    return (
-        span.rollout_id,
-        span.attempt,
-        span.trace_id,
-        span.span_id,
-        span.parent_id,
-        span.name,
-        span.kind,
-        span.start_time,
-        span.end_time,
-        span.status,
-        span.status_message,
-        _dumps(span.attributes),
-        _dumps([event.model_dump() for event in span.events]),
-        span.origin,
-    )
 
 
 class SQLiteStore:
@@ -345,7 +299,7 @@ class SQLiteStore:
         ]
         db.executemany(
             "INSERT OR IGNORE INTO tasks (id, dataset, input) VALUES (?, ?, ?)",
-            [(r.task.id, r.task.dataset, _dumps(r.task.input)) for r in requests],
+            [(r.task.id, r.task.dataset, dumps(r.task.input)) for r in requests],
         )
         db.executemany(
             f"INSERT INTO rollouts ({ROLLOUT_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
@@ -353,7 +307,7 @@ class SQLiteStore:
                 (
                     r.id,
                     r.task_id,
-                    _dumps(r.input),
+                    dumps(r.input),
                     r.mode,
                     r.group_id,
                     r.status.value,
@@ -364,7 +318,7 @@ class SQLiteStore:
                     None,
                     None,
                     None,
-                    _dumps(r.metadata),
+                    dumps(r.metadata),
                     r.run,
                     r.key,
                     r.sample,
@@ -593,7 +547,7 @@ class SQLiteStore:
     def add_spans(self, spans: Sequence[Span]) -> None:
         if not spans:
             return
-        rows = [_span_row(span) for span in spans]
+        rows = [span_values(span) for span in spans]
         with self._write() as db:
             db.executemany(
                 "INSERT OR IGNORE INTO spans (rollout_id, attempt, trace_id, span_id, parent_id, name, kind, "
@@ -612,21 +566,11 @@ class SQLiteStore:
         until: float | None = None,
         limit: int = 1000,
     ) -> list[Span]:
-        where: list[str] = []
-        params: list[Any] = []
-        for column, op, value in (
-            ("rollout_id", "=", rollout_id),
-            ("attempt", "=", attempt),
-            ("name", "=", name),
-            ("start_time", ">=", since),
-            ("start_time", "<", until),
-        ):
-            if value is not None:
-                where.append(f"{column} {op} ?")
-                params.append(value)
-        clause = f"WHERE {' AND '.join(where)}" if where else ""
+        clause, params = span_conditions(
+            "?", rollout_id=rollout_id, attempt=attempt, name=name, since=since, until=until
+        )
         rows = self._read(f"SELECT {SPAN_COLUMNS} FROM spans {clause} ORDER BY seq LIMIT ?", (*params, limit))
-        return [_span(row) for row in rows]
+        return [span_of(row) for row in rows]
 
     def add_rewards(self, rewards: Sequence[Reward]) -> None:
         if not rewards:
@@ -674,7 +618,7 @@ class SQLiteStore:
             version = latest + 1
             db.execute(
                 "INSERT INTO resources (name, version, kind, value, created_at) VALUES (?,?,?,?,?)",
-                (name, version, kind, _dumps(value), created),
+                (name, version, kind, dumps(value), created),
             )
         return Resource(name=name, kind=kind, version=version, value=value, created_at=created)
 

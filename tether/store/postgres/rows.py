@@ -6,8 +6,8 @@ from typing import Any
 
 import orjson
 
-from tether.store.base import InvalidValue
-from tether.store.models import Attempt, Resource, Reward, Rollout, RolloutStatus, Span, SpanEvent
+from tether.store.codec import dumps
+from tether.store.models import Attempt, Resource, Reward, Rollout, RolloutStatus
 
 Row = dict[str, Any]
 
@@ -22,13 +22,6 @@ SPAN_COLUMNS = (
 )
 REWARD_COLUMNS = "rollout_id, attempt, name, value, span_id, source, time, is_primary"
 RESOURCE_COLUMNS = "name, version, kind, value, created_at"
-
-
-def dumps(value: Any) -> str:
-    try:
-        return orjson.dumps(value).decode()
-    except TypeError as exc:  # orjson.JSONEncodeError too: e.g. an integer beyond 64 bits
-        raise InvalidValue(f"cannot store this value as JSON: {exc}") from None
 
 
 def rollout(row: Row) -> Rollout:
@@ -79,45 +72,6 @@ def rollout_params(r: Rollout) -> tuple[Any, ...]:
 
 def attempt(row: Row) -> Attempt:
     return Attempt(**{key: row[key] for key in ATTEMPT_COLUMNS.split(", ")})
-
-
-def span(row: Row) -> Span:
-    return Span(
-        seq=row["seq"],
-        rollout_id=row["rollout_id"],
-        attempt=row["attempt"],
-        trace_id=row["trace_id"],
-        span_id=row["span_id"],
-        parent_id=row["parent_id"],
-        name=row["name"],
-        kind=row["kind"],
-        start_time=row["start_time"],
-        end_time=row["end_time"],
-        status=row["status"],
-        status_message=row["status_message"],
-        attributes=orjson.loads(row["attributes"]),
-        events=[SpanEvent(**event) for event in orjson.loads(row["events"])],
-        origin=row["origin"],
-    )
-
-
-def span_params(s: Span) -> tuple[Any, ...]:
-    return (
-        s.rollout_id,
-        s.attempt,
-        s.trace_id,
-        s.span_id,
-        s.parent_id,
-        s.name,
-        s.kind,
-        s.start_time,
-        s.end_time,
-        s.status,
-        s.status_message,
-        dumps(s.attributes),
-        dumps([event.model_dump() for event in s.events]),
-        s.origin,
-    )
 
 
 def reward(row: Row) -> Reward:

@@ -26,6 +26,7 @@ from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 from tether.contracts import Meta
 from tether.store import lifecycle
 from tether.store.base import InvalidTransition, InvalidValue, NotFound, StoreError
+from tether.store.codec import span_conditions, span_of, span_values
 from tether.store.models import (
     Attempt,
     Claim,
@@ -468,7 +469,7 @@ class PostgresStore:
     def add_spans(self, spans: Sequence[Span]) -> None:
         if spans:
             # Serialized here, by the caller: a value that cannot be JSON fails its own call only.
-            self._spans.submit([rows.span_params(span) for span in spans])
+            self._spans.submit([span_values(span) for span in spans])
 
     def _insert_spans(self, params: Sequence[tuple[Any, ...]]) -> None:
         by_column = [list(column) for column in zip(*params, strict=True)]
@@ -494,23 +495,13 @@ class PostgresStore:
         until: float | None = None,
         limit: int = 1000,
     ) -> list[Span]:
-        where: list[str] = []
-        params: list[Any] = []
-        for column, op, value in (
-            ("rollout_id", "=", rollout_id),
-            ("attempt", "=", attempt),
-            ("name", "=", name),
-            ("start_time", ">=", since),
-            ("start_time", "<", until),
-        ):
-            if value is not None:
-                where.append(f"{column} {op} %s")
-                params.append(value)
-        condition = f"WHERE {' AND '.join(where)}" if where else ""
+        condition, params = span_conditions(
+            "%s", rollout_id=rollout_id, attempt=attempt, name=name, since=since, until=until
+        )
         found = self._read(
             f"SELECT seq, {SPAN_COLUMNS} FROM spans {condition} ORDER BY seq LIMIT %s", (*params, limit)
         )
-        return [rows.span(row) for row in found]
+        return [span_of(row) for row in found]
 
     def add_rewards(self, rewards: Sequence[Reward]) -> None:
         if not rewards:
