@@ -13,20 +13,16 @@ no demonstration.
 
 from __future__ import annotations
 
-import argparse
-from pathlib import Path
 from typing import Any
 
 from tether.teacher import (
     NoReference,
     Reply,
     ToolCall,
-    add_server_args,
     first_user_text,
     normalize,
     offers_tool,
-    read_tasks,
-    serve_teacher,
+    teacher_main,
     tool_results,
 )
 
@@ -48,13 +44,7 @@ class CalcTeacher:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--tasks", type=Path, required=True, help="the training task file (tasks.py)")
-    add_server_args(parser)
-    args = parser.parse_args()
-    serve_teacher(CalcTeacher(read_tasks(args.tasks)), args)
+    teacher_main(CalcTeacher, __doc__)
 
 
 if __name__ == "__main__":

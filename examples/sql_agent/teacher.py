@@ -13,7 +13,6 @@ A question it does not know gets an error the agent sees, so that rollout fails 
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import re
 import sys
@@ -21,7 +20,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from tether.teacher import NoReference, Reply, add_server_args, last_user_text, read_tasks, serve_teacher
+from tether.teacher import NoReference, Reply, last_user_text, teacher_main
 
 HERE = Path(__file__).resolve().parent
 QUESTION = re.compile(r"^Question: (.*)$", re.MULTILINE)
@@ -73,13 +72,7 @@ class SQLTeacher:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--tasks", type=Path, required=True, help="the training task file (tasks.py)")
-    add_server_args(parser)
-    args = parser.parse_args()
-    serve_teacher(SQLTeacher(read_tasks(args.tasks)), args)
+    teacher_main(SQLTeacher, __doc__)
 
 
 if __name__ == "__main__":
