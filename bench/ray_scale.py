@@ -6,7 +6,8 @@
    rollout workers, against linear scaling from 1 worker (goal: at least 0.9x).
 2. Overhead per rollout of a Ray worker (claims and closes over the store's HTTP API, from an actor)
    against a local worker (in process), with an agent that does nothing (`true`).
-3. Update time of the same batch with the local learner, and with 1 and 2 Ray learner ranks on CPU.
+3. Update time of the same batch with the local learner, and with 1 and 2 Ray learner ranks on CPU
+   (data parallel, and 2 FSDP2 ranks).
 
 A local Ray cluster is started with enough logical CPUs for the workers: the agents sleep, so the CPU
 is not what limits them.
@@ -101,7 +102,7 @@ def overhead(cluster: RayCluster, folder: Path, count: int) -> list[str]:
     ]
 
 
-def update_times(model: str, steps: int) -> list[str]:
+def update_times(model: str, steps: int) -> None:
     import torch
 
     from tether.ray.learner import RayLearner
@@ -133,8 +134,8 @@ def update_times(model: str, steps: int) -> list[str]:
     learners: dict[str, object] = {"local": local}
     for ranks in (1, 2):
         learners[f"Ray, {ranks} rank(s)"] = RayLearner(config, ranks)
+    learners["Ray, 2 FSDP2 ranks"] = RayLearner(config, 2, sharding="fsdp")
     print(f"update of {len(batch.samples)} samples ({model}, LoRA), median of {steps} after one warm-up:")
-    lines: list[str] = []
     medians: dict[str, float] = {}
     for name, learner in learners.items():
         times = []
@@ -144,7 +145,6 @@ def update_times(model: str, steps: int) -> list[str]:
             times.append(time.perf_counter() - started)
         medians[name] = statistics.median(times[1:])
         print(f"  {name}: {medians[name]:.2f} s ({medians[name] / medians['local']:.2f}x local)", flush=True)
-    return lines
 
 
 def main() -> None:
@@ -163,8 +163,7 @@ def main() -> None:
             scaling(cluster, Path(tmp), args.per_worker)
             for line in overhead(cluster, Path(tmp), args.overhead_rollouts):
                 print(line, flush=True)
-    for line in update_times(args.model, args.update_steps):
-        print(line, flush=True)
+    update_times(args.model, args.update_steps)
     cluster.shutdown()
 
 

@@ -78,14 +78,17 @@ def test_split_keeps_every_sample_once_and_balances_tokens() -> None:
     assert abs(loads[0] - loads[1]) <= longest
 
 
+@pytest.mark.parametrize("sharding", ["replicate", "fsdp"])
 def test_two_ranks_make_the_single_rank_update(
-    config: TrainConfig, ray_cluster: Cluster, tmp_path: Path
+    config: TrainConfig, ray_cluster: Cluster, tmp_path: Path, sharding: str
 ) -> None:
     torch.set_num_threads(1)
     local = PolicyTrainer(config)
     before = params(local.model)
-    learner = RayLearner(config, ranks=2)
+    learner = RayLearner(config, ranks=2, sharding=sharding)
     try:
+        for held, whole in learner.held():
+            assert held < whole * 0.6 if sharding == "fsdp" else held == whole
         assert_close(learner.trainable(0), before)
         full = batch()
         local_metrics = local.step(full).to_dict()
@@ -105,12 +108,41 @@ def test_two_ranks_make_the_single_rank_update(
         learner.step(one)
         assert_close(learner.trainable(1), params(local.model))
 
-        # Rank 0's checkpoint is the single-rank one: a local learner resumes it.
+        # Rank 0's checkpoint is the single-rank one: a local learner resumes it...
         learner.save_checkpoint(tmp_path / "checkpoint", {"step": 2})
         resumed = PolicyTrainer(config)
         assert resumed.load_checkpoint(tmp_path / "checkpoint") == {"step": 2}
         assert_close(params(resumed.model), params(local.model))
         weights = learner.save_weights(tmp_path / "policies" / "v2", 2)
         assert weights.version == 2 and (weights.path / "adapter_config.json").exists()
+
+        # ...and the ranks resume a local checkpoint, optimizer moments included: the next steps agree.
+        local.save_checkpoint(tmp_path / "local-checkpoint", {"step": 2})
+        learner.step(full)  # moves the ranks away from the checkpoint
+        assert learner.load_checkpoint(tmp_path / "local-checkpoint") == {"step": 2}
+        assert_close(learner.trainable(0), params(local.model))
+        local.step(full)
+        learner.step(full)
+        assert_close(learner.trainable(1), params(local.model))
+    finally:
+        learner.close()
+
+
+def test_fsdp_full_fine_tuning_with_tied_embeddings(
+    config: TrainConfig, ray_cluster: Cluster, tmp_path: Path
+) -> None:
+    """Without LoRA every weight is sharded, the embedding and the head (one tied tensor) among them."""
+    torch.set_num_threads(1)
+    full_ft = TrainConfig(**{**config.__dict__, "lora": False})
+    local = PolicyTrainer(full_ft)
+    assert local.causal_lm.config.tie_word_embeddings
+    learner = RayLearner(full_ft, ranks=2, sharding="fsdp")
+    try:
+        local.step(batch())
+        learner.step(batch())
+        assert_close(learner.trainable(1), params(local.model))
+        weights = learner.save_weights(tmp_path / "v1", 1)
+        served = PolicyTrainer(TrainConfig(**{**full_ft.__dict__, "model": str(weights.path)}))
+        assert_close(params(served.model), params(local.model))
     finally:
         learner.close()

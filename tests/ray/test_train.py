@@ -1,13 +1,21 @@
 """A short GRPO run on Ray: 2 rollout-worker actors (one per node), 1 policy-server replica actor, a
-learner of 2 ranks; it writes its metrics (rollouts per node, stage times) and its policy versions."""
+learner of 2 ranks; it writes its metrics (rollouts per node, stage times) and its policy versions, the
+weights streamed to the replica through Ray's object store. A learner rank that dies ends the run in one
+line, and --resume continues it."""
 
 from __future__ import annotations
 
 import json
+import re
 import sys
+import threading
+import time
 from pathlib import Path
 
 import orjson
+import psutil
+import pytest
+import torch
 from ray.cluster_utils import Cluster
 
 from tether.cli.main import main
@@ -17,7 +25,9 @@ from tether.store import SQLiteStore
 AGENTS = Path(__file__).parent / "agents"
 
 
-def test_grpo_on_ray_writes_metrics_and_versions(tmp_path: Path, ray_cluster: Cluster) -> None:
+def test_grpo_on_ray_writes_metrics_and_versions(
+    tmp_path: Path, ray_cluster: Cluster, capsys: pytest.CaptureFixture[str]
+) -> None:
     tasks = tmp_path / "tasks.jsonl"
     # One task streams its call, the other does not: both ways through the replica actor, every step.
     lines = [json.dumps({"id": f"t{i}", "q": f"say {i}", "stream": i % 2 == 0}) + "\n" for i in range(2)]
@@ -53,6 +63,8 @@ def test_grpo_on_ray_writes_metrics_and_versions(tmp_path: Path, ray_cluster: Cl
             "1",
             "--learner-ranks",
             "2",
+            "--weights-transfer",
+            "stream",  # one machine shares its filesystem: make the weights take the other way
             "--run",
             "grpo-ray",
             "--project-dir",
@@ -60,6 +72,9 @@ def test_grpo_on_ray_writes_metrics_and_versions(tmp_path: Path, ray_cluster: Cl
         ]
     )
     assert code == 0
+    said = capsys.readouterr().err
+    assert "policy weights reach Ray actors through Ray's object store" in said
+    assert "checkpoints reach Ray actors through Ray's object store" in said
     run_dir = tmp_path / ".tether" / "runs" / "grpo-ray"
     records = [orjson.loads(line) for line in (run_dir / "metrics.jsonl").read_bytes().splitlines()]
     steps = [r for r in records if r["kind"] == "train"]
@@ -82,4 +97,90 @@ def test_grpo_on_ray_writes_metrics_and_versions(tmp_path: Path, ray_cluster: Cl
         if span.origin == "gateway"
     ]
     assert {bool(span.attributes.get(CallAttr.STREAM)) for span in calls} == {True, False}
+    # Step 2's rollouts were served by the replica holding version 1, which reached it streamed.
+    assert {span.attributes.get(CallAttr.POLICY_VERSION) for span in calls} == {0, 1}
     assert all(choice["token_ids"] for span in calls for choice in span.attributes[CallAttr.CHOICES])
+
+
+def _train_args(tmp_path: Path, cluster: Cluster, steps: int) -> list[str]:
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("".join(json.dumps({"id": f"t{i}", "q": f"say {i}"}) + "\n" for i in range(2)))
+    return [
+        "train",
+        "--agent",
+        f"{sys.executable} {AGENTS / 'openai_agent.py'}",
+        "--tasks",
+        str(tasks),
+        "--reward",
+        f"{AGENTS / 'reward.py'}:varied",
+        "--model",
+        "tiny-random",
+        "--group-size",
+        "2",
+        "--tasks-per-step",
+        "2",
+        "--steps",
+        str(steps),
+        "--val-every",
+        "0",
+        "--checkpoint-every",
+        "1",
+        "--n-workers",
+        "2",
+        "--ray",
+        cluster.address,
+        "--agent-resources",
+        '{"agent_slot": 1}',
+        "--learner-ranks",
+        "2",
+        "--run",
+        "rank-lost",
+        "--project-dir",
+        str(tmp_path),
+    ]
+
+
+def test_a_dead_learner_rank_fails_in_one_line_and_resume_continues(
+    tmp_path: Path, ray_cluster: Cluster
+) -> None:
+    """A learner rank's process is killed after the first checkpoint: the run stops with one line naming
+    the rank and its node, and the same command with --resume finishes from that checkpoint."""
+    args = _train_args(tmp_path, ray_cluster, steps=6)
+    checkpoint = tmp_path / ".tether" / "runs" / "rank-lost" / "checkpoint" / "state.pt"
+    outcome: dict[str, BaseException | int] = {}
+
+    def run() -> None:
+        try:
+            outcome["code"] = main(args)
+        except BaseException as exc:  # the SystemExit the command ends with
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    deadline = time.monotonic() + 600
+    while not checkpoint.exists() and thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert checkpoint.exists(), outcome
+    ranks = [
+        p for p in psutil.process_iter(["cmdline"]) if "ray::LearnerRank" in " ".join(p.info["cmdline"] or [])
+    ]
+    assert len(ranks) == 2
+    ranks[0].kill()
+    thread.join(600)
+
+    error = outcome.get("error")
+    assert isinstance(error, SystemExit), outcome
+    message = str(error.code)
+    assert "\n" not in message and "Traceback" not in message
+    assert re.search(r"learner rank [01] on node \S+ \(\w{8}\) died", message), message
+    assert "--resume" in message
+
+    done = torch.load(checkpoint, map_location="cpu", weights_only=True)["step"]
+    assert 1 <= done < 6
+    assert main([*args, "--resume"]) == 0
+    records = [
+        orjson.loads(line)
+        for line in checkpoint.parent.parent.joinpath("metrics.jsonl").read_bytes().splitlines()
+    ]
+    steps = [r["step"] for r in records if r["kind"] == "train"]
+    assert steps[-1] == 6 and set(range(1, 7)) <= set(steps)

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from tether.gateway.upstreams import Upstream
     from tether.policy_server import PolicyServer, PolicyServerOptions
 from tether.project import Project
+from tether.ray.cluster import LEARNER_SHARDINGS, WEIGHT_TRANSFERS
 from tether.runner.runs import RunError, RunRecord, default_run_name, start_run
 from tether.store import Store, StoreError, StoreOptions, StoreURLError, Task, open_store
 from tether.store.backends import STORE_ENV
@@ -321,10 +322,25 @@ def add_ray_args(parser: argparse.ArgumentParser, learner: bool = False) -> None
         help="--ray: the address other nodes reach the gateway and store at, and that the gateway binds "
         "(default: this node's IP; without --ray the gateway binds 127.0.0.1)",
     )
+    group.add_argument(
+        "--weights-transfer",
+        choices=WEIGHT_TRANSFERS,
+        default="auto",
+        help="--ray: how policy weights and checkpoints reach actors: by path on a shared filesystem, "
+        "or streamed through Ray's object store; auto (default) probes each actor's node",
+    )
     if learner:
         group.add_argument(
             "--learner-ranks",
             type=int,
             default=1,
             help="--ray: learner ranks, one torch.distributed group (gloo on CPU, NCCL on GPU)",
+        )
+        group.add_argument(
+            "--learner-sharding",
+            choices=LEARNER_SHARDINGS,
+            default="replicate",
+            help="--ray: replicate (data parallel: every rank holds the whole model) or fsdp (FSDP2: "
+            "each rank holds 1/N of the parameters, gradients and optimizer state, for models that do "
+            "not fit on one device); the update is the single-rank one either way",
         )

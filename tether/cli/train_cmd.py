@@ -282,7 +282,9 @@ def run(args: argparse.Namespace) -> int:
         run=record,
         pools=ray_session.pools(cluster, authority, console) or pools,
         host=ray_session.bind_host(cluster),
-        policy_server=ray_session.replica_server(cluster, config.model, console, config.policy_server),
+        policy_server=ray_session.replica_server(
+            cluster, args, console, config.policy_server, run_dir / "vllm-logs"
+        ),
     )
     console.print(f"run folder: {run_dir}")
     with step_progress(console, config.total_steps) as show:
@@ -316,12 +318,14 @@ def _check_demonstrations(
 
 
 def _fit(trainer: Trainer, *inputs: Any) -> FitResult:
-    """`trainer.fit`, with a policy server that cannot start reported in one line."""
+    """`trainer.fit`, with a policy server that cannot start, or a learner rank lost, reported in one
+    line."""
     from tether.policy_server.vllm import VLLMError, VLLMSetupError
+    from tether.trainer.learner import LearnerLost
 
     try:
         return trainer.fit(*inputs)
-    except (VLLMSetupError, VLLMError) as exc:
+    except (VLLMSetupError, VLLMError, LearnerLost) as exc:
         raise SystemExit(f"tether train: {exc}") from None
 
 

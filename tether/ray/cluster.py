@@ -24,6 +24,10 @@ class RayUnavailable(RuntimeError):
     """Ray is not installed, or the cluster cannot be reached; the message names the fix."""
 
 
+LEARNER_SHARDINGS = ("replicate", "fsdp")  # `--learner-sharding` (tether.ray.learner, tether.ray.sharding)
+WEIGHT_TRANSFERS = ("auto", "path", "stream")  # `--weights-transfer` (tether.ray.transfer)
+
+
 @dataclass(frozen=True)
 class RaySettings:
     """What `--ray` and its companion options ask for."""
@@ -34,11 +38,23 @@ class RaySettings:
     replicas: int = 0  # policy-server replica actors (0: serve from this process, as without Ray)
     gpus_per_replica: float | None = None  # None: 1 where the cluster has GPUs, else 0
     learner_ranks: int = 1  # ranks of the learner (1 and no --ray learner: the local learner)
+    learner_sharding: str = "replicate"  # or "fsdp": FSDP2, for models that do not fit on one device
+    weights_transfer: str = "auto"  # how weights and checkpoints reach actors: auto (probe), path, stream
     advertise_host: str | None = None  # default: this node's IP as Ray sees it
 
     def __post_init__(self) -> None:
         if self.agent_cpus < 0 or self.replicas < 0 or self.learner_ranks < 1:
             raise ValueError("--agent-cpus and --replicas must be >= 0, --learner-ranks >= 1")
+        if self.weights_transfer not in WEIGHT_TRANSFERS:
+            raise ValueError(
+                f"--weights-transfer must be one of {WEIGHT_TRANSFERS}, not {self.weights_transfer!r}"
+            )
+        if self.learner_sharding not in LEARNER_SHARDINGS:
+            raise ValueError(
+                f"--learner-sharding must be one of {LEARNER_SHARDINGS}, not {self.learner_sharding!r}"
+            )
+        if self.learner_sharding == "fsdp" and self.learner_ranks < 2:
+            raise ValueError("--learner-sharding fsdp shards over ranks: give --learner-ranks 2 or more")
         if self.gpus_per_replica is not None and self.gpus_per_replica < 0:
             raise ValueError("--gpus-per-replica must be >= 0")
         bad = [k for k, v in self.agent_resources.items() if not isinstance(v, int | float) or v < 0]

@@ -1,16 +1,21 @@
 """The learner of N ranks: Ray actors forming one `torch.distributed` group (gloo on CPU, NCCL on GPU).
 
-Data parallel: every rank holds the whole model (a `PolicyTrainer`) and the same optimizer state. A
-batch is split across ranks by token budget (longest samples first, each to the rank with the fewest
+A batch is split across ranks by token budget (longest samples first, each to the rank with the fewest
 tokens so far). The single-rank loss is sum_s w_s * mean_t loss_t / W over all samples (W: the total
-weight, see `tether.trainer.policy`); a rank computes the same sum over its own samples but divides by
-its own total weight W_r, so before the gradients are summed across ranks each rank scales its own by
-W_r / W. The summed gradient, its global norm (clipping) and so the optimizer step are then exactly those
-of one rank on the whole batch, up to float error, on every rank alike.
+weight, see `tether.trainer.policy`); a rank computes the same sum over its own samples, also divided by
+the whole batch's W, so the ranks' gradients add up to the single-rank one. The summed gradient, its
+global norm (clipping) and so the optimizer step are then exactly those of one rank on the whole batch,
+up to float error, on every rank alike.
+
+Two shardings (`--learner-sharding`):
+- `replicate` (data parallel, the default): every rank holds the whole model and optimizer state; the
+  gradients are all-reduced before clipping.
+- `fsdp`: FSDP2 (`tether.ray.sharding`), for models that do not fit on one device: each rank holds 1/N
+  of the parameters, gradients and optimizer state.
 
 Rank 0 writes versions and checkpoints; a checkpoint is the single-rank one, so `--resume` works with any
-number of ranks (or with the local learner). A rank that dies fails the step with an error naming the
-rank and its node. Models too large for one device (FSDP2 sharding) are not handled yet.
+number of ranks, either sharding, or the local learner. A rank that dies fails the step with an error
+naming the rank and its node (`LearnerRankLost`).
 """
 
 from __future__ import annotations
@@ -27,16 +32,17 @@ from typing import Any
 from tether.adapters.transitions import Transition
 from tether.algorithms.advantages import AdvantageBatch, Sample
 from tether.policy_server.base import PolicyWeights
-from tether.ray.cluster import Placement, RayCluster, placement_of, where_am_i
+from tether.ray.cluster import LEARNER_SHARDINGS, Placement, RayCluster, placement_of, where_am_i
 from tether.ray.transfer import Folder, FolderSender, pack, unpack
 from tether.trainer.config import TrainConfig
+from tether.trainer.learner import LearnerLost
 
-SUMMED = ("loss", "policy_loss", "kl_loss")  # already weighted by W_r / W: they add up
+SUMMED = ("loss", "policy_loss", "kl_loss")  # each rank normalizes by the whole W: they add up
 TOKEN_MEANS = ("mean_ratio", "clip_fraction", "truncated_fraction", "approx_kl", "entropy", "nll")
 COUNTS = ("tokens", "forward_tokens", "padded_tokens", "samples", "micro_batches")
 
 
-class LearnerRankLost(RuntimeError):
+class LearnerRankLost(LearnerLost):
     """A rank died during a step; the message names the rank and its node."""
 
 
@@ -57,25 +63,65 @@ def split_by_tokens(samples: Sequence[Sample], ranks: int) -> list[list[Sample]]
     return shares
 
 
-def _make_rank_trainer(config: TrainConfig) -> Any:
-    """A `PolicyTrainer` whose gradients are summed across the process group before clipping."""
+def _make_rank_trainer(config: TrainConfig, rank: int, world: int, sharding: str) -> Any:
+    """A `PolicyTrainer` for one rank: every rank normalizes its share by the whole batch's weight, so the
+    sum of the ranks' gradients (an all-reduce, or FSDP2's reduce-scatter) is the single-rank one."""
     import torch
     import torch.distributed as dist
 
+    from tether.ray import sharding as fsdp
     from tether.trainer.learner import TrainingDiverged
-    from tether.trainer.policy import PolicyTrainer, StepMetrics, peak_rss_mb
+    from tether.trainer.policy import PolicyTrainer, StepMetrics, _Totals, peak_rss_mb
 
     class RankTrainer(PolicyTrainer):
-        scale = 1.0
-        _flag_sent = False
+        def __init__(self) -> None:
+            super().__init__(config)
+            self.rank, self.sharded = rank, sharding == "fsdp"
+            self._flag_sent = False
+            self._divergence: TrainingDiverged | None = None
+            with torch.no_grad():  # every rank starts from rank 0's weights
+                for p in self.params:
+                    dist.broadcast(p.data, src=0)
+            if self.sharded:
+                fsdp.shard(self.scorer, world, self.device.type)
+                if self.reference_scorer is not None:
+                    fsdp.shard(self.reference_scorer, world, self.device.type)
+                self._make_optimizer()  # over the sharded parameters
+
+        # -- the step --------------------------------------------------------------------------------
+
+        def rank_step(self, batch: AdvantageBatch, total_weight: float) -> StepMetrics:
+            self._flag_sent, self._divergence = False, None
+            try:
+                if batch.samples:
+                    return self.step(batch, total_weight)
+                return self._idle_step()
+            except TrainingDiverged:
+                if not self._flag_sent:
+                    self._send_flag(1.0)
+                raise
+
+        def _plan(self, lengths: Sequence[int]) -> list[list[int]]:
+            plan = super()._plan(lengths)
+            if not self.sharded:
+                return plan
+            longest = torch.tensor([len(plan)], device=self.device)
+            dist.all_reduce(longest, op=dist.ReduceOp.MAX)  # every rank runs as many forwards
+            return plan + [[] for _ in range(int(longest) - len(plan))]
+
+        def _diverged(self, error: TrainingDiverged, logp: torch.Tensor) -> torch.Tensor:
+            if not self.sharded:
+                raise error
+            self._divergence = self._divergence or error
+            return logp.sum() * 0.0  # the backward's collectives still run; the step fails after them
 
         def _clip_gradients(self) -> float:
-            self._send_flag(0.0)
-            for p in self.params:
-                if p.grad is None:
-                    p.grad = torch.zeros_like(p)
-                p.grad.mul_(self.scale)
-                dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)
+            self._send_flag(1.0 if self._divergence else 0.0)
+            if not self.sharded:
+                for p in self.params:
+                    if p.grad is None:
+                        p.grad = torch.zeros_like(p)
+                    dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)
             return super()._clip_gradients()
 
         def _send_flag(self, value: float) -> None:
@@ -83,26 +129,21 @@ def _make_rank_trainer(config: TrainConfig) -> Any:
             flag = torch.tensor([value], device=self.device)
             dist.all_reduce(flag, op=dist.ReduceOp.SUM)
             self._flag_sent = True
-            if float(flag) > 0 and value == 0:
+            if float(flag) > 0:
                 self.optimizer.zero_grad(set_to_none=True)
-                raise TrainingDiverged(
-                    f"non-finite loss on another learner rank at step {self.step_count + 1}"
-                )
-
-        def rank_step(self, batch: AdvantageBatch, scale: float) -> StepMetrics:
-            self.scale, self._flag_sent = scale, False
-            try:
-                if batch.samples:
-                    return self.step(batch)
-                return self._idle_step()
-            except TrainingDiverged:
-                if not self._flag_sent:
-                    self._send_flag(1.0)
-                raise
+                if self._divergence is not None:
+                    raise self._divergence
+                if value == 0:
+                    raise TrainingDiverged(
+                        f"non-finite loss on another learner rank at step {self.step_count + 1}"
+                    )
 
         def _idle_step(self) -> StepMetrics:
             """No samples here: add zero gradients to the sum, take the same optimizer step."""
+            self.model.train()
             self.optimizer.zero_grad(set_to_none=True)
+            for n, _ in enumerate(self._plan([])):  # blanks only: a sharded rank's forwards are collectives
+                self._accumulate(self._blank(), _Totals(), f"blank micro-batch {n + 1}")
             grad_norm = self._clip_gradients()
             lr = float(self.scheduler.get_last_lr()[0])
             self.optimizer.step()
@@ -123,7 +164,41 @@ def _make_rank_trainer(config: TrainConfig) -> Any:
                 peak_rss_mb=peak_rss_mb(),
             )
 
-    return RankTrainer(config)
+        # -- the saved state: gathered on every rank in one order -----------------------------------
+
+        def trainable(self) -> dict[str, Any]:
+            return {n: fsdp.whole(p) for n, p in self.model.named_parameters() if p.requires_grad}
+
+        def _servable_state(self) -> dict[str, Any] | None:
+            if not self.sharded:
+                return None
+            return {n: fsdp.whole(t) for n, t in self.model.state_dict().items()}
+
+        def _checkpoint_state(self) -> dict[str, Any]:
+            state = super()._checkpoint_state()
+            if self.sharded:
+                state["trainable"] = self.trainable()
+                state["optimizer"] = fsdp.whole_state(state["optimizer"])
+            return state
+
+        def _load_parameter(self, param: torch.Tensor, value: torch.Tensor) -> None:
+            param.copy_(fsdp.like(value, param))
+
+        def _optimizer_loaded(self) -> None:
+            if self.sharded:
+                fsdp.shard_optimizer_state(self.optimizer)
+
+        def gather_weights(self) -> None:
+            """A rank other than 0, while rank 0 saves weights: the same gathers, nothing written."""
+            self._servable_state()
+
+        def gather_checkpoint(self) -> None:
+            """A rank other than 0, while rank 0 saves a checkpoint (the gathers of `save_checkpoint`)."""
+            self._checkpoint_state()
+            if self.config.lora:
+                self._servable_state()
+
+    return RankTrainer()
 
 
 class LearnerRank:
@@ -144,7 +219,7 @@ class LearnerRank:
             port = sock.getsockname()[1]
         return f"tcp://{self.where['node_ip']}:{port}"
 
-    def setup(self, config: TrainConfig, init_method: str, threads: int | None) -> int:
+    def setup(self, config: TrainConfig, init_method: str, threads: int | None, sharding: str) -> int:
         import torch
         import torch.distributed as dist
 
@@ -154,27 +229,36 @@ class LearnerRank:
         backend = "nccl" if cuda else "gloo"
         device = "cuda" if cuda else "cpu"
         dist.init_process_group(backend, init_method=init_method, rank=self.rank, world_size=self.world)
-        self.trainer = _make_rank_trainer(replace(config, device=config.device or device))
-        with torch.no_grad():  # every rank starts from rank 0's weights
-            for p in self.trainer.params:
-                dist.broadcast(p.data, src=0)
+        config = replace(config, device=config.device or device)
+        self.trainer = _make_rank_trainer(config, self.rank, self.world, sharding)
         return int(self.trainer.trainable_parameters)
 
-    def step(self, batch: AdvantageBatch, scale: float) -> dict[str, Any]:
-        metrics = self.trainer.rank_step(batch, scale)
+    def step(self, batch: AdvantageBatch, total_weight: float) -> dict[str, Any]:
+        metrics = self.trainer.rank_step(batch, total_weight)
         return dict(metrics.to_dict())
 
     def trainable(self) -> dict[str, Any]:
-        return {
-            n: p.detach().cpu().clone() for n, p in self.trainer.model.named_parameters() if p.requires_grad
-        }
+        return dict(self.trainer.trainable())
+
+    def held(self) -> tuple[int, int]:
+        """(parameter elements this rank holds, elements of the whole model): equal unless sharded."""
+        from torch.distributed.tensor import DTensor
+
+        ps = list(self.trainer.model.parameters())
+        local = sum((p.to_local() if isinstance(p, DTensor) else p).numel() for p in ps)
+        return local, sum(p.numel() for p in ps)
 
     def can_read(self, path: str, token: str) -> bool:
         from tether.ray.transfer import can_read
 
         return can_read(path, token)
 
-    def save_weights(self, directory: str, version: int, shared: bool) -> PolicyWeights | dict[str, bytes]:
+    def save_weights(
+        self, directory: str, version: int, shared: bool
+    ) -> PolicyWeights | dict[str, bytes] | None:
+        if self.rank != 0:  # sharded: rank 0 writes what every rank gathers
+            self.trainer.gather_weights()
+            return None
         if shared:
             return self.trainer.save_weights(Path(directory), version)
         with tempfile.TemporaryDirectory(prefix="tether-weights-") as tmp:
@@ -184,6 +268,9 @@ class LearnerRank:
     def save_checkpoint(
         self, directory: str, extra: dict[str, Any] | None, shared: bool
     ) -> dict[str, bytes] | None:
+        if self.rank != 0:
+            self.trainer.gather_checkpoint()
+            return None
         if shared:
             self.trainer.save_checkpoint(directory, extra)
             return None
@@ -207,12 +294,16 @@ class LearnerRank:
 class RayLearner:
     """A `Learner` (`tether.trainer.learner`) of `ranks` Ray actors."""
 
-    def __init__(self, config: TrainConfig, ranks: int, cluster: RayCluster | None = None) -> None:
+    def __init__(
+        self, config: TrainConfig, ranks: int, cluster: RayCluster | None = None, sharding: str = "replicate"
+    ) -> None:
         import ray
 
         if ranks < 1:
             raise ValueError("--learner-ranks must be at least 1")
-        self.config = config
+        if sharding not in LEARNER_SHARDINGS:
+            raise ValueError(f"--learner-sharding must be one of {LEARNER_SHARDINGS}, not {sharding!r}")
+        self.config, self.sharded = config, sharding == "fsdp"
         gpus = 1.0 if cluster is not None and cluster.total("GPU") >= ranks else 0.0
         cpus = 0.0 if gpus else 1.0
         actor: Any = ray.remote(LearnerRank)
@@ -220,11 +311,15 @@ class RayLearner:
             actor.options(num_cpus=cpus, num_gpus=gpus, max_restarts=0).remote(r, ranks, cpus, gpus)
             for r in range(ranks)
         ]
-        self.sender = FolderSender("checkpoints")
+        self.sender = FolderSender("checkpoints", cluster.settings.weights_transfer if cluster else "auto")
         threads = max(1, (os.cpu_count() or 1) // ranks) if not gpus else None
-        meeting = ray.get(self.ranks[0].rendezvous.remote())
-        self._call_all("setup", lambda _: (config, meeting, threads))
         self.wheres = ray.get([r.placement.remote() for r in self.ranks])
+        meeting = ray.get(self.ranks[0].rendezvous.remote())
+        self._call_all("setup", lambda _: (config, meeting, threads, sharding))
+
+    def held(self) -> list[tuple[int, int]]:
+        """Per rank: (parameter elements it holds, elements of the whole model)."""
+        return list(self._get([r.held.remote() for r in self.ranks]))
 
     def placements(self) -> list[Placement]:
         return [placement_of(f"learner rank {i}", w) for i, w in enumerate(self.wheres)]
@@ -254,13 +349,17 @@ class RayLearner:
             raise ValueError("nothing to train: no sample has a trained token and a non-zero weight")
         shares = split_by_tokens(samples, len(self.ranks))
         total = math.fsum(s.weight for s in samples)
-        scales = [math.fsum(s.weight for s in share) / total for share in shares]
-        results = self._call_all("step", lambda i: (replace(batch, samples=shares[i]), scales[i]))
-        return _combine(results, scales, len({s.rollout_id for s in samples}))
+        results = self._call_all("step", lambda i: (replace(batch, samples=shares[i]), total))
+        return _combine(results, len({s.rollout_id for s in samples}))
+
+    def _writers(self) -> list[Any]:
+        """The ranks that take part in a save or a forward: all of them when sharded, else rank 0."""
+        return self.ranks if self.sharded else self.ranks[:1]
 
     def save_weights(self, directory: Path, version: int) -> PolicyWeights:
         shared = self.sender.shares(self.ranks[0], directory.parent)
-        result = self._get([self.ranks[0].save_weights.remote(str(directory), version, shared)])[0]
+        refs = [r.save_weights.remote(str(directory), version, shared) for r in self._writers()]
+        result = self._get(refs)[0]
         if isinstance(result, PolicyWeights):
             return result
         _replace_folder(directory, result)
@@ -268,7 +367,8 @@ class RayLearner:
 
     def save_checkpoint(self, directory: Path, extra: dict[str, Any] | None = None) -> Path:
         shared = self.sender.shares(self.ranks[0], directory.parent)
-        files = self._get([self.ranks[0].save_checkpoint.remote(str(directory), extra, shared)])[0]
+        refs = [r.save_checkpoint.remote(str(directory), extra, shared) for r in self._writers()]
+        files = self._get(refs)[0]
         if files is not None:
             _replace_folder(directory, files)
         return directory
@@ -284,10 +384,12 @@ class RayLearner:
         return dict(self._get(refs)[0])
 
     def logprobs(self, samples: Sequence[Sample | Transition]) -> list[list[float]]:
-        return list(self._get([self.ranks[0].logprobs.remote(list(samples))])[0])
+        return list(self._get([r.logprobs.remote(list(samples)) for r in self._writers()])[0])
 
     def trainable(self, rank: int = 0) -> dict[str, Any]:
-        return dict(self._get([self.ranks[rank].trainable.remote()])[0])
+        """Rank `rank`'s trainable parameters, whole (sharded: every rank gathers them)."""
+        ranks = self.ranks if self.sharded else [self.ranks[rank]]
+        return dict(self._get([r.trainable.remote() for r in ranks])[rank if self.sharded else 0])
 
     def close(self) -> None:
         import ray
@@ -331,13 +433,11 @@ class CombinedMetrics:
         return dict(self.values)
 
 
-def _combine(results: list[dict[str, Any]], scales: list[float], rollouts: int) -> CombinedMetrics:
+def _combine(results: list[dict[str, Any]], rollouts: int) -> CombinedMetrics:
     first = results[0]
     tokens = sum(r["tokens"] for r in results)
     combined = dict(first)
-    for key in SUMMED:  # each rank's share was normalized by its own weight: rescaled as its gradient was
-        combined[key] = sum(r[key] * scale for r, scale in zip(results, scales, strict=True))
-    for key in COUNTS:
+    for key in SUMMED + COUNTS:  # each rank's losses are normalized by the whole batch's weight: they add up
         combined[key] = sum(r[key] for r in results)
     for key in TOKEN_MEANS:
         if key in first:
@@ -364,8 +464,11 @@ def open_ray_learner(config: TrainConfig) -> RayLearner:
     from tether.ray.cluster import current, placement_table
 
     cluster = current()
-    learner = RayLearner(config, cluster.settings.learner_ranks, cluster)
+    settings = cluster.settings
+    learner = RayLearner(config, settings.learner_ranks, cluster, settings.learner_sharding)
     console = Console(stderr=True)
     for line in placement_table(learner.placements()):
         console.print(f"  {line}")
+    held, whole = learner.held()[0]
+    console.print(f"  learner: {settings.learner_sharding}, each rank holds {held:,} of {whole:,} parameters")
     return learner

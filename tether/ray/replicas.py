@@ -1,9 +1,10 @@
 """Policy-server replicas as Ray actors, and the one sticky upstream the gateway routes to them.
 
-Each replica actor opens any policy server kind registered in `tether.policy_server` (`builtin` today;
-vLLM once registered) on its node, with `--gpus-per-replica` GPUs, and serves its upstream's calls as
-actor calls: the exact token ids, logprobs and policy version come back in the `CallRecord`, streams as
-Ray streaming generators. The gateway sees one upstream, `ReplicaRouter`: a rollout sticks to one
+Each replica actor opens any policy server kind registered in `tether.policy_server` on its node, with
+`--gpus-per-replica` GPUs: `builtin`, or `vllm` (one vLLM server started on the actor's node, or a
+running one given by URL). It serves its upstream's calls as actor calls: the exact token ids,
+logprobs and policy version come back in the `CallRecord`, streams as Ray streaming generators.
+The gateway sees one upstream, `ReplicaRouter`: a rollout sticks to one
 replica (the stable hash of its id that `tether.gateway.upstreams.replicas` uses), and a replica whose
 actor died is taken out of rotation, its rollouts moving to the next live one; the calls it had in
 flight fail as clear 503s.
@@ -95,6 +96,10 @@ class ReplicaActor:
         from tether.ray.transfer import can_read
 
         return can_read(path, token)
+
+    def close(self) -> None:
+        """Stop the server (a managed vLLM) or unload what it loaded into one the user runs."""
+        self.server.close()
 
 
 class ReplicaRouter:
@@ -192,7 +197,7 @@ class ReplicaSet:
             for _ in range(count)
         ]
         self.router = ReplicaRouter(options.name, self.actors)
-        self.sender = FolderSender("policy weights")
+        self.sender = FolderSender("policy weights", cluster.settings.weights_transfer)
 
     @property
     def policy_version(self) -> int:
@@ -224,8 +229,12 @@ class ReplicaSet:
     async def resume(self) -> None:
         await asyncio.gather(*(self.actors[i].resume.remote() for i in self.router.live()))
 
-    def close(self) -> None:
+    def close(self, timeout_s: float = 60.0) -> None:
         import ray
 
-        for actor in self.actors:
-            ray.kill(actor)
+        closing = [self.actors[i].close.remote() for i in self.router.live()]
+        try:
+            ray.wait(closing, num_returns=len(closing), timeout=timeout_s)
+        finally:  # a replica that does not close in time still ends: a managed vLLM stops with its actor
+            for actor in self.actors:
+                ray.kill(actor)

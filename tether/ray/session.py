@@ -7,12 +7,15 @@ import argparse
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import orjson
 from rich.console import Console
 
 from tether.auth import TokenAuthority
+from tether.contracts import POLICY_UPSTREAM
 from tether.policy_server import PolicyServerOptions
 from tether.ray.cluster import LOOPBACK, Placement, RayCluster, RaySettings, RayUnavailable, connect
 from tether.ray.cluster import placement_table as table
@@ -39,6 +42,8 @@ def settings_of(args: argparse.Namespace, command: str) -> RaySettings | None:
             replicas=args.replicas,
             gpus_per_replica=args.gpus_per_replica,
             learner_ranks=getattr(args, "learner_ranks", 1),
+            learner_sharding=getattr(args, "learner_sharding", "replicate"),
+            weights_transfer=args.weights_transfer,
             advertise_host=args.advertise_host,
         )
     except (orjson.JSONDecodeError, ValueError) as exc:
@@ -81,10 +86,22 @@ def _announce(console: Console, placed: Sequence[Placement], expected: int) -> N
     report(console, placed, extra)
 
 
-def replica_set(
-    cluster: RayCluster, model: str, kind: str = "builtin", name: str = "policy", batch: int = 8
-) -> ReplicaSet:
-    options = PolicyServerOptions(model=model, name=name, max_batch_size=batch)
+def replica_options(args: argparse.Namespace, kind: str, log_dir: Path | None = None) -> PolicyServerOptions:
+    """What each replica actor opens its policy server with: one server per actor (vLLM: started on the
+    actor's node, with the command's `--vllm-*` options)."""
+    if kind != "vllm":
+        return PolicyServerOptions(model=args.model, name=POLICY_UPSTREAM, max_batch_size=8)
+    from tether.cli.common import policy_server_options
+
+    if getattr(args, "policy_server", None):
+        raise SystemExit(
+            "tether: --replicas starts the servers; --policy-server names running ones: give one"
+        )
+    options = policy_server_options(args, POLICY_UPSTREAM, log_dir)
+    return replace(options, replicas=1, port=0)
+
+
+def replica_set(cluster: RayCluster, kind: str, options: PolicyServerOptions) -> ReplicaSet:
     return ReplicaSet(cluster, kind, options, cluster.settings.replicas, cluster.gpus_per_replica())
 
 
@@ -97,7 +114,7 @@ def policy(
     if getattr(args, "upstream", None):
         raise SystemExit("tether: --replicas and --upstream exclude each other")
     kind = getattr(args, "engine", None) or "builtin"
-    return replicated_policy(cluster, args.model, console, kind)
+    return replicated_policy(cluster, replica_options(args, kind), console, kind)
 
 
 def actors_asked(args: argparse.Namespace) -> float:
@@ -107,13 +124,14 @@ def actors_asked(args: argparse.Namespace) -> float:
 
 
 def replica_server(
-    cluster: RayCluster | None, model: str, console: Console, kind: str = "builtin"
+    cluster: RayCluster | None, args: argparse.Namespace, console: Console, kind: str, log_dir: Path
 ) -> ReplicaSet | None:
     """`tether train --replicas N`: the replicas as the trainer's policy server (None: its own)."""
     if cluster is None or not cluster.settings.replicas:
         return None
-    with console.status(f"starting {cluster.settings.replicas} replica(s) of {model} ..."):
-        replicas = replica_set(cluster, model, kind)
+    options = replica_options(args, kind, log_dir)
+    with console.status(f"starting {cluster.settings.replicas} {kind} replica(s) of {options.model} ..."):
+        replicas = replica_set(cluster, kind, options)
         placed = replicas.placements()
     report(console, placed)
     return replicas
@@ -121,11 +139,11 @@ def replica_server(
 
 @contextmanager
 def replicated_policy(
-    cluster: RayCluster, model: str, console: Console, kind: str = "builtin"
+    cluster: RayCluster, options: PolicyServerOptions, console: Console, kind: str
 ) -> Iterator[Any]:
     """`--replicas N`: the replicas' sticky upstream, for as long as the command runs."""
-    with console.status(f"starting {cluster.settings.replicas} replica(s) of {model} ..."):
-        replicas = replica_set(cluster, model, kind)
+    with console.status(f"starting {cluster.settings.replicas} {kind} replica(s) of {options.model} ..."):
+        replicas = replica_set(cluster, kind, options)
         placed = replicas.placements()
     report(console, placed)
     try:

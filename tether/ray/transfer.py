@@ -2,8 +2,9 @@
 
 By path when the actor sees the head's filesystem (a shared one, or the same machine), else its files
 travel through Ray's object store and are written into a private temporary folder there. Which one is
-used is found out, not configured: the head writes a probe file with a random token next to the folder
-and asks the actor whether it can read it back.
+used is found out by default (`--weights-transfer auto`): the head writes a probe file with a random
+token next to the folder and asks the actor whether it can read it back. `path` and `stream` force one
+way (`stream` where a path reads back but is not the same folder, say a node-local mount of that name).
 """
 
 from __future__ import annotations
@@ -77,6 +78,7 @@ class FolderSender:
     """Decides, once per actor and parent folder, whether folders go by path or by content."""
 
     what: str
+    mode: str = "auto"  # one of `tether.ray.cluster.WEIGHT_TRANSFERS`
     _shared: dict[tuple[str, str], bool] = field(default_factory=dict)
     _said: set[str] = field(default_factory=set)
 
@@ -85,11 +87,14 @@ class FolderSender:
 
         key = (actor._actor_id.hex(), str(directory))
         if key not in self._shared:
-            probe, token = write_probe(directory)
-            try:
-                self._shared[key] = bool(ray.get(actor.can_read.remote(probe, token)))
-            finally:
-                Path(probe).unlink(missing_ok=True)
+            if self.mode == "auto":
+                probe, token = write_probe(directory)
+                try:
+                    self._shared[key] = bool(ray.get(actor.can_read.remote(probe, token)))
+                finally:
+                    Path(probe).unlink(missing_ok=True)
+            else:
+                self._shared[key] = self.mode == "path"
             how = "by path (shared filesystem)" if self._shared[key] else "through Ray's object store"
             if how not in self._said:  # once per way: which one is used is the user's to know
                 self._said.add(how)

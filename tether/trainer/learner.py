@@ -24,6 +24,10 @@ class TrainingDiverged(RuntimeError):
     """A non-finite loss or gradient; the update was not applied and the gradients were cleared."""
 
 
+class LearnerLost(RuntimeError):
+    """A part of a distributed learner died (its message says which, and where); the step did not apply."""
+
+
 class StepReport(Protocol):
     def to_dict(self) -> dict[str, Any]: ...
 

@@ -49,6 +49,7 @@ from tether.engines.openmp import prefer_passive_waiting
 prefer_passive_waiting()
 
 import torch
+from torch.distributed.tensor import DTensor
 
 from tether.adapters.transitions import Transition
 from tether.algorithms.advantages import IMITATION, AdvantageBatch, Sample, refuse_demonstrations
@@ -242,6 +243,34 @@ def collate(
     )
 
 
+class TokenScorer(torch.nn.Module):
+    """The logits [B, K, V] (fp32) that predict the last K tokens of each row: decoder, then head.
+
+    One module, so that a sharded learner (`tether.ray.sharding`) can gather the embedding, final norm
+    and head (tied in small models) around a single forward.
+    """
+
+    def __init__(self, causal_lm: Any, bf16: bool) -> None:
+        super().__init__()
+        self.causal_lm = causal_lm
+        self.bf16 = bf16
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor, k: int
+    ) -> torch.Tensor:
+        with torch.autocast(input_ids.device.type, dtype=torch.bfloat16, enabled=self.bf16):
+            hidden = self.causal_lm.get_decoder()(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                use_cache=False,
+            ).last_hidden_state
+        # Column j predicts token j + 1: the K response tokens are predicted by the K columns before the last.
+        # The head runs in fp32: bf16 keeps 8 mantissa bits, so a logit near 20 would move by up to 0.06.
+        logits: torch.Tensor = self.causal_lm.get_output_embeddings()(hidden[:, -k - 1 : -1].float())
+        return logits
+
+
 class PolicyTrainer:
     def __init__(self, config: TrainConfig) -> None:
         from transformers import AutoModelForCausalLM
@@ -269,6 +298,22 @@ class PolicyTrainer:
             self.model = self.causal_lm = base
             if config.kl_coef > 0:
                 self.reference = copy.deepcopy(base).eval().requires_grad_(False)
+        self.scorer = TokenScorer(self.causal_lm, self.bf16)
+        self.reference_scorer = TokenScorer(self.reference, self.bf16) if self.reference is not None else None
+        self._make_optimizer()
+        self.step_count = 0
+        log.info(
+            "policy trainer on %s: %s, %d trainable parameters, bf16 autocast %s",
+            self.model_path.name,
+            "LoRA" if config.lora else "full fine-tuning",
+            self.trainable_parameters,
+            "on" if self.bf16 else "off",
+        )
+
+    def _make_optimizer(self) -> None:
+        """The optimizer and schedule over the model's trainable parameters as they are now (a sharded
+        learner calls it again once its parameters are sharded)."""
+        config = self.config
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(
             self.params,
@@ -281,14 +326,6 @@ class PolicyTrainer:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda s: min(1.0, (s + 1) / warmup) if warmup > 0 else 1.0
         )
-        self.step_count = 0
-        log.info(
-            "policy trainer on %s: %s, %d trainable parameters, bf16 autocast %s",
-            self.model_path.name,
-            "LoRA" if config.lora else "full fine-tuning",
-            self.trainable_parameters,
-            "on" if self.bf16 else "off",
-        )
 
     @property
     def trainable_parameters(self) -> int:
@@ -297,21 +334,15 @@ class PolicyTrainer:
     # ---- forward ------------------------------------------------------------------------------
 
     def _token_logprobs(
-        self, mb: MicroBatch, entropy: bool = False, model: Any = None
+        self, mb: MicroBatch, entropy: bool = False, scorer: TokenScorer | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Logprobs [B, K] of the response tokens (and entropies) under `model` (default: the policy)."""
-        causal_lm = model if model is not None else self.causal_lm
-        k = mb.targets.shape[1]
-        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
-            hidden = causal_lm.get_decoder()(
-                input_ids=mb.input_ids.to(self.device),
-                attention_mask=mb.attention_mask.to(self.device),
-                position_ids=mb.position_ids.to(self.device),
-                use_cache=False,
-            ).last_hidden_state
-        # Column j predicts token j + 1: the K response tokens are predicted by the K columns before the last.
-        # The head runs in fp32: bf16 keeps 8 mantissa bits, so a logit near 20 would move by up to 0.06.
-        logits = causal_lm.get_output_embeddings()(hidden[:, -k - 1 : -1].float())
+        """Logprobs [B, K] of the response tokens (and entropies) under `scorer` (default: the policy)."""
+        logits = (scorer or self.scorer)(
+            mb.input_ids.to(self.device),
+            mb.attention_mask.to(self.device),
+            mb.position_ids.to(self.device),
+            mb.targets.shape[1],
+        )
         targets = mb.targets.to(self.device)
         lse = torch.logsumexp(logits, dim=-1)
         logp = logits.gather(-1, targets[..., None]).squeeze(-1) - lse
@@ -326,12 +357,19 @@ class PolicyTrainer:
             if self.config.lora:
                 with self.model.disable_adapter():
                     return self._token_logprobs(mb)[0]
-            return self._token_logprobs(mb, model=self.reference)[0]
+            return self._token_logprobs(mb, scorer=self.reference_scorer)[0]
 
     # ---- update -------------------------------------------------------------------------------
 
-    def step(self, batch: AdvantageBatch | Sequence[Sample]) -> StepMetrics:
-        """One optimizer step over all samples, accumulating gradients over micro-batches."""
+    def step(
+        self, batch: AdvantageBatch | Sequence[Sample], total_weight: float | None = None
+    ) -> StepMetrics:
+        """One optimizer step over all samples, accumulating gradients over micro-batches.
+
+        `total_weight` (default: the samples' own) is the W the loss is normalized by: a learner rank
+        holding part of a batch passes the whole batch's, so that the ranks' gradients add up to the
+        single-rank one.
+        """
         started = time.perf_counter()
         cfg = self.config
         samples = [s for s in _samples_of(batch) if s.transition.trained_tokens > 0 and s.weight != 0]
@@ -344,16 +382,16 @@ class PolicyTrainer:
         if not samples:
             raise ValueError("nothing to train: no sample has a trained token and a non-zero weight")
         transitions = [s.transition for s in samples]
-        total_weight = math.fsum(s.weight for s in samples)
-        coefs = [s.weight / (s.transition.trained_tokens * total_weight) for s in samples]
+        weight = total_weight if total_weight is not None else math.fsum(s.weight for s in samples)
+        coefs = [s.weight / (s.transition.trained_tokens * weight) for s in samples]
         advantages = [float(s.advantage) for s in samples]
-        plan = plan_micro_batches([_length(t) for t in transitions], cfg.micro_batch_tokens)
+        plan = self._plan([_length(t) for t in transitions])
 
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         totals = _Totals()
         for n, indices in enumerate(plan):
-            mb = collate(transitions, indices, self.pad_id, advantages, coefs)
+            mb = collate(transitions, indices, self.pad_id, advantages, coefs) if indices else self._blank()
             try:
                 self._accumulate(mb, totals, f"micro-batch {n + 1}/{len(plan)}")
             except TrainingDiverged:
@@ -394,6 +432,29 @@ class PolicyTrainer:
             nll=totals.mean(totals.nll),
         )
 
+    def _plan(self, lengths: Sequence[int]) -> list[list[int]]:
+        """Micro-batches of sample indices; an empty one is a `_blank` (ranks of a sharded learner pad
+        their plans to the same length, since every forward is a collective there)."""
+        return plan_micro_batches(lengths, self.config.micro_batch_tokens)
+
+    def _blank(self) -> MicroBatch:
+        """A one-token micro-batch that trains nothing: its loss and gradient are exactly 0."""
+        blank = Transition(
+            rollout_id="",
+            task_id="",
+            group_id="",
+            attempt=None,
+            call_index=0,
+            agent=None,
+            policy_version=None,
+            prompt_ids=[self.pad_id],
+            response_ids=[self.pad_id],
+            response_logprobs=[0.0],
+            loss_mask=[0],
+            reward=0.0,
+        )
+        return collate([blank], [0], self.pad_id, [0.0], [0.0])
+
     def _accumulate(self, mb: MicroBatch, totals: _Totals, where: str) -> None:
         cfg = self.config
         mask = mb.mask.to(self.device)
@@ -421,10 +482,15 @@ class PolicyTrainer:
             totals.ref_kl += float(torch.where(mask, kl.detach(), 0.0).sum())
         value = float(loss.detach())
         if not math.isfinite(value):
-            raise TrainingDiverged(
-                f"non-finite loss ({value}) at step {self.step_count + 1}, {where}; the update was not "
-                "applied. Check the samples' advantages and recorded logprobs for NaN/inf, or lower the lr."
+            loss = self._diverged(
+                TrainingDiverged(
+                    f"non-finite loss ({value}) at step {self.step_count + 1}, {where}; the update was not "
+                    "applied. Check the samples' advantages and recorded logprobs for NaN/inf, or lower "
+                    "the lr."
+                ),
+                logp,
             )
+            value = 0.0
         loss.backward()
 
         totals.loss += value
@@ -440,9 +506,17 @@ class PolicyTrainer:
             totals.entropy += float(entropy[mask].sum())
         totals.nll -= float(logp.detach()[mask].sum())
 
+    def _diverged(self, error: TrainingDiverged, logp: torch.Tensor) -> torch.Tensor:
+        """A micro-batch's loss is not finite: raise (a sharded rank instead returns a zero loss to keep
+        its collectives in step, and raises once the step's ranks agree)."""
+        raise error
+
     def _clip_gradients(self) -> float:
         max_norm = self.config.grad_clip if self.config.grad_clip > 0 else math.inf
-        norm = float(torch.nn.utils.clip_grad_norm_(self.params, max_norm))
+        total = torch.nn.utils.clip_grad_norm_(self.params, max_norm)
+        if isinstance(total, DTensor):  # sharded parameters: the norm is a replicated DTensor
+            total = total.full_tensor()
+        norm = float(total)
         if not math.isfinite(norm):
             self.optimizer.zero_grad(set_to_none=True)
             raise TrainingDiverged(
@@ -465,7 +539,10 @@ class PolicyTrainer:
         self.model.eval()
         try:
             with torch.no_grad():
-                for group in plan_micro_batches(lengths, self.config.micro_batch_tokens):
+                for group in self._plan(lengths):
+                    if not group:
+                        self._token_logprobs(self._blank())
+                        continue
                     mb = collate(transitions, [todo[g] for g in group], self.pad_id)
                     logp = self._token_logprobs(mb)[0].float().cpu()
                     for row, i in enumerate(mb.indices):
@@ -484,8 +561,9 @@ class PolicyTrainer:
         served by starting an engine on it.
         """
         target = Path(path)
+        state = self._servable_state()
         with _atomic_dir(target) as tmp:
-            self.model.save_pretrained(tmp)
+            self.model.save_pretrained(tmp, **({"state_dict": state} if state is not None else {}))
             if not self.config.lora:
                 from transformers import AutoTokenizer
 
@@ -505,21 +583,12 @@ class PolicyTrainer:
         """
         target = Path(directory)
         extra_text = json.dumps(extra or {})
-        state = {
-            "step": self.step_count,
-            "lora": self.config.lora,
-            "trainable": {
-                n: p.detach().cpu().clone() for n, p in self.model.named_parameters() if p.requires_grad
-            },
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
-            "rng": _rng_state(),
-        }
+        state = self._checkpoint_state()
         with _atomic_dir(target) as tmp:
             torch.save(state, tmp / CHECKPOINT_STATE)
             (tmp / CHECKPOINT_EXTRA).write_text(extra_text)
             if self.config.lora:
-                self.model.save_pretrained(tmp / CHECKPOINT_POLICY)
+                self.save_adapter(tmp / CHECKPOINT_POLICY)
         return target
 
     def load_checkpoint(self, directory: str | os.PathLike[str]) -> dict[str, Any]:
@@ -540,12 +609,37 @@ class PolicyTrainer:
             )
         with torch.no_grad():
             for name, param in params.items():
-                param.copy_(saved[name])
+                self._load_parameter(param, saved[name])
         self.optimizer.load_state_dict(state["optimizer"])
+        self._optimizer_loaded()
         self.scheduler.load_state_dict(state["scheduler"])
         self.step_count = int(state["step"])
         _set_rng_state(state["rng"])
         return json.loads((folder / CHECKPOINT_EXTRA).read_text())
+
+    # Hooks of the saved state (a sharded learner gathers and scatters its shards in them).
+
+    def _servable_state(self) -> dict[str, Any] | None:
+        """The state dict `save_pretrained` writes (None: the model's own)."""
+        return None
+
+    def _checkpoint_state(self) -> dict[str, Any]:
+        return {
+            "step": self.step_count,
+            "lora": self.config.lora,
+            "trainable": {
+                n: p.detach().cpu().clone() for n, p in self.model.named_parameters() if p.requires_grad
+            },
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "rng": _rng_state(),
+        }
+
+    def _load_parameter(self, param: torch.Tensor, value: torch.Tensor) -> None:
+        param.copy_(value)
+
+    def _optimizer_loaded(self) -> None:
+        """Called once the optimizer holds a checkpoint's (whole, unsharded) state."""
 
 
 def _wrap_lora(model: Any, config: TrainConfig) -> Any:
