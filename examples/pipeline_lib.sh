@@ -39,3 +39,50 @@ stop_teacher() {
 phase_time() {
   echo "$1: $(( SECONDS - $2 )) s" | tee -a "$summary_file"
 }
+
+# size_of KEY: the size $<PREFIX>_KEY from the environment (SQL_SFT_STEPS, ...), else the example's default.
+size_of() {
+  local var="${prefix}_$1"
+  echo "${!var:-${size[$1]}}"
+}
+
+# first_train_tasks: with $<PREFIX>_TRAIN=N, train on the first N tasks of $train_tasks only.
+first_train_tasks() {
+  local var="${prefix}_TRAIN"
+  if [ -n "${!var:-}" ]; then
+    head -n "${!var}" "$train_tasks" >"$project/data/train-head.jsonl"
+    train_tasks=$project/data/train-head.jsonl
+  fi
+}
+
+# run_pipeline [TETHER_TRAIN_ARGS...]: the three phases, from what the example's pipeline.sh set:
+#   name (calc, sql, rag), prefix (CALC, SQL, RAG), project, agent, reward, teacher (its script),
+#   train_tasks, val_tasks, the default sizes in the associative array `size`, and extra_train (more
+#   `tether train` options).
+run_pipeline() {
+  local started=$SECONDS phase sft_steps
+  sft_steps=$(size_of SFT_STEPS)
+  summary_file="$project/pipeline-times.txt"
+  : >"$summary_file"
+
+  phase=$SECONDS
+  start_teacher "$teacher" "$train_tasks"
+  tether rollout --project-dir "$project" --agent "$agent" --tasks "$train_tasks" \
+    --reward "$reward" --upstream "$TEACHER_URL" --upstream-model teacher \
+    --n-workers "$(size_of TEACHER_WORKERS)" --run "$name-teacher"
+  stop_teacher
+  phase_time "teacher rollouts" "$phase"
+
+  phase=$SECONDS
+  tether train --project-dir "$project" --agent "$agent" \
+    --tasks "$train_tasks" --val-tasks "$val_tasks" --reward "$reward" --model "$(size_of MODEL)" \
+    --from-run "$name-teacher" --sft-steps "$sft_steps" --sft-batch "$(size_of SFT_BATCH)" \
+    --lr "$(size_of LR)" --algorithm grpo --steps "$(size_of RL_STEPS)" --group-size "$(size_of GROUP)" \
+    --tasks-per-step "$(size_of TASKS_PER_STEP)" --n-workers "$(size_of WORKERS)" --val-every 0 \
+    "${extra_train[@]}" --run "$name-pipeline" --fresh "$@"
+  phase_time "train (model load, 3 validations, SFT, RL)" "$phase"
+  phase_time "pipeline total" "$started"
+
+  python examples/pipeline_summary.py "$project/.tether/runs/$name-pipeline" --sft-steps "$sft_steps" \
+    --out "$project/pipeline-summary.json" | tee -a "$summary_file"
+}
