@@ -52,5 +52,7 @@ def test_the_short_pipeline_beats_the_base_model_after_sft(name: str, tmp_path: 
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     summary = json.loads((project / "pipeline-summary.json").read_text())
-    assert summary["base"] is not None and summary["after_sft"] is not None and summary["after_rl"] is not None
+    assert (
+        summary["base"] is not None and summary["after_sft"] is not None and summary["after_rl"] is not None
+    )
     assert summary["after_sft"] > summary["base"], summary

@@ -137,3 +137,23 @@ def test_the_server_dies_with_tether_even_on_kill_9() -> None:
     while any(alive(pid) for pid in [supervisor, *server]) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not any(alive(pid) for pid in [supervisor, *server])
+
+
+def test_the_server_dies_when_its_supervisor_is_killed_with_9() -> None:
+    """A Ray worker's exit SIGKILLs its direct children, the supervisor among them: the kernel's
+    parent-death signal then stops the server, which nothing else is left to stop."""
+    supervisor = subprocess.Popen(
+        [sys.executable, str(SUPERVISOR), "--", "sleep", "300"], stdin=subprocess.PIPE
+    )
+    deadline = time.monotonic() + 30
+    server: list[int] = []
+    while not server and time.monotonic() < deadline:
+        server = list(descendants(supervisor.pid))
+        time.sleep(0.1)
+    assert server, "the supervised command did not start"
+    supervisor.send_signal(signal.SIGKILL)
+    supervisor.wait()
+    deadline = time.monotonic() + 30
+    while any(alive(pid) for pid in server) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(alive(pid) for pid in server)

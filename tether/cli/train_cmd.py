@@ -274,6 +274,7 @@ def run(args: argparse.Namespace) -> int:
     if config.policy_server == "vllm":
         config.server_options = policy_server_options(args, POLICY_UPSTREAM, run_dir)
     authority = project.authority()
+    replicas = ray_session.replica_server(cluster, args, console, config.policy_server, run_dir / "vllm-logs")
     trainer = Trainer(
         config,
         run_dir,
@@ -282,14 +283,16 @@ def run(args: argparse.Namespace) -> int:
         run=record,
         pools=ray_session.pools(cluster, authority, console) or pools,
         host=ray_session.bind_host(cluster),
-        policy_server=ray_session.replica_server(
-            cluster, args, console, config.policy_server, run_dir / "vllm-logs"
-        ),
+        policy_server=replicas,
     )
     console.print(f"run folder: {run_dir}")
-    with step_progress(console, config.total_steps) as show:
-        trainer.on_step = show
-        result = _fit(trainer, agent, train_tasks, val_tasks, evaluator)
+    try:
+        with step_progress(console, config.total_steps) as show:
+            trainer.on_step = show
+            result = _fit(trainer, agent, train_tasks, val_tasks, evaluator)
+    finally:  # replica actors stop their servers (a vLLM each) before the cluster goes
+        if replicas is not None:
+            replicas.close()
     store.close()
     curve = plot(result.history, run_dir / "curves.png", run_dir.name)
     _report(result, curve)

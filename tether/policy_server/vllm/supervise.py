@@ -3,7 +3,9 @@
 Tether starts this file with the vLLM environment's Python, as `python supervise.py -- VLLM ARGS...`,
 with a pipe as its stdin. It starts vLLM in a process group of its own, then waits. When the pipe closes
 (Tether exited, was killed with -9, or crashed) or it is sent SIGTERM/SIGINT, it stops the whole group:
-SIGTERM, then SIGKILL after a grace period. vLLM's own exit code becomes this process's.
+SIGTERM, then SIGKILL after a grace period. vLLM's own exit code becomes this process's. Should this
+process itself be killed with -9 (a Ray worker's children are, when the worker exits), the kernel sends
+vLLM SIGTERM (Linux's parent-death signal), and vLLM stops its own engine processes.
 """
 
 from __future__ import annotations
@@ -47,12 +49,23 @@ def watch_stdin(process: subprocess.Popen[bytes]) -> None:
     stop_group(process)
 
 
+def _term_when_parent_dies() -> None:
+    """In the child, before exec: SIGTERM when this supervisor dies (Linux; elsewhere nothing)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
 def main(argv: list[str]) -> int:
     if "--" not in argv:
         print("usage: supervise.py -- COMMAND [ARGS...]", file=sys.stderr)
         return 2
     command = argv[argv.index("--") + 1 :]
-    process = subprocess.Popen(command, start_new_session=True, stdin=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        command, start_new_session=True, stdin=subprocess.DEVNULL, preexec_fn=_term_when_parent_dies
+    )
 
     def on_signal(signum: int, frame: object) -> None:
         stop_group(process)
