@@ -22,7 +22,9 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from bench.trainer_bench import RESPONSE, batch_ids, model_folder
 from tether.adapters.transitions import Transition
@@ -130,19 +132,25 @@ def update_times(model: str, steps: int) -> None:
         ]
     )
     torch.set_num_threads(2)
-    local = PolicyTrainer(config)
-    learners: dict[str, object] = {"local": local}
-    for ranks in (1, 2):
-        learners[f"Ray, {ranks} rank(s)"] = RayLearner(config, ranks)
-    learners["Ray, 2 FSDP2 ranks"] = RayLearner(config, 2, sharding="fsdp")
+    # One learner at a time: each holds the model and a batch's activations (several GB with 2 ranks).
+    makers: dict[str, Callable[[], Any]] = {
+        "local": lambda: PolicyTrainer(config),
+        "Ray, 1 rank": lambda: RayLearner(config, 1),
+        "Ray, 2 ranks (data parallel)": lambda: RayLearner(config, 2),
+        "Ray, 2 FSDP2 ranks": lambda: RayLearner(config, 2, sharding="fsdp"),
+    }
     print(f"update of {len(batch.samples)} samples ({model}, LoRA), median of {steps} after one warm-up:")
     medians: dict[str, float] = {}
-    for name, learner in learners.items():
+    for name, make in makers.items():
+        learner = make()
         times = []
         for _ in range(steps + 1):
             started = time.perf_counter()
-            learner.step(batch)  # type: ignore[attr-defined]
+            learner.step(batch)
             times.append(time.perf_counter() - started)
+        if isinstance(learner, RayLearner):
+            learner.close()
+        del learner
         medians[name] = statistics.median(times[1:])
         print(f"  {name}: {medians[name]:.2f} s ({medians[name] / medians['local']:.2f}x local)", flush=True)
 
