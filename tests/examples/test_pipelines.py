@@ -1,6 +1,10 @@
-"""Each example's pipeline, shortened: `pipeline.sh` runs the scripted teacher through the unmodified
-agent, a few SFT updates on those demonstrations and one GRPO step, with the real SmolLM2-135M; the
-held-out score after SFT beats the base model's on that example's validation split."""
+"""The SQL and RAG examples' pipelines, shortened: `pipeline.sh` runs the scripted teacher through the
+unmodified agent, a few SFT updates on those demonstrations and one GRPO step, with the real
+SmolLM2-135M; the held-out score after SFT beats the base model's on that example's validation split.
+
+The calc pipeline is not here: shortened to fit (10 SFT updates, 16 held-out problems, 9 minutes) it
+got 1 problem right after SFT where the base got none, a margin too thin to assert; its full run is
+measured in its README."""
 
 from __future__ import annotations
 
@@ -19,15 +23,6 @@ ROOT = Path(__file__).resolve().parents[2]
 SHORT = {
     "sql": {"SQL_SFT_STEPS": "8", "SQL_SFT_BATCH": "4", "SQL_LR": "5e-4"},
     "rag": {"RAG_SFT_STEPS": "8", "RAG_SFT_BATCH": "4", "RAG_LR": "5e-4", "RAG_VAL": "8"},
-    "calc": {
-        "CALC_TRAIN": "48",
-        "CALC_VAL": "16",
-        "CALC_SFT_STEPS": "10",
-        "CALC_SFT_BATCH": "8",
-        "CALC_LR": "5e-4",
-        "CALC_GROUP": "4",
-        "CALC_WORKERS": "8",
-    },
 }
 
 

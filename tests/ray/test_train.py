@@ -145,7 +145,7 @@ def test_a_dead_learner_rank_fails_in_one_line_and_resume_continues(
 ) -> None:
     """A learner rank's process is killed after the first checkpoint: the run stops with one line naming
     the rank and its node, and the same command with --resume finishes from that checkpoint."""
-    args = _train_args(tmp_path, ray_cluster, steps=6)
+    args = _train_args(tmp_path, ray_cluster, steps=3)
     checkpoint = tmp_path / ".tether" / "runs" / "rank-lost" / "checkpoint" / "state.pt"
     outcome: dict[str, BaseException | int] = {}
 
@@ -176,11 +176,11 @@ def test_a_dead_learner_rank_fails_in_one_line_and_resume_continues(
     assert "--resume" in message
 
     done = torch.load(checkpoint, map_location="cpu", weights_only=True)["step"]
-    assert 1 <= done < 6
+    assert 1 <= done < 3
     assert main([*args, "--resume"]) == 0
     records = [
         orjson.loads(line)
         for line in checkpoint.parent.parent.joinpath("metrics.jsonl").read_bytes().splitlines()
     ]
     steps = [r["step"] for r in records if r["kind"] == "train"]
-    assert steps[-1] == 6 and set(range(1, 7)) <= set(steps)
+    assert steps[-1] == 3 and set(range(1, 4)) <= set(steps)
