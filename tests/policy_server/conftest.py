@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -31,19 +32,24 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMPolicy
     server.close()
 
 
-@pytest.fixture
-def vllm_rig(tmp_path: Path, vllm_server: VLLMPolicyServer) -> Iterator[GatewayRig]:
-    """A gateway on loopback whose policy upstream is the session's vLLM server."""
+def rig_over(tmp_path: Path, upstream: Any) -> Iterator[GatewayRig]:
+    """A gateway on loopback whose policy upstream is `upstream`."""
     from tests.gateway.fake_upstream import Behaviour
 
     store = SQLiteStore(tmp_path / "store.db")
     auth = TokenAuthority.generate()
     gateway = Gateway(store, auth, GatewayConfig(hold_limit_s=60))
-    gateway.add_upstream(vllm_server.upstream())
+    gateway.add_upstream(upstream)
     with serve_app(create_app(gateway)) as url:
         gateway.config.public_url = url
         yield GatewayRig(url, gateway, store, auth, Behaviour())
     store.close()
+
+
+@pytest.fixture
+def vllm_rig(tmp_path: Path, vllm_server: VLLMPolicyServer) -> Iterator[GatewayRig]:
+    """A gateway on loopback whose policy upstream is the session's vLLM server."""
+    yield from rig_over(tmp_path, vllm_server.upstream())
 
 
 def direct(server: VLLMPolicyServer, path: str, body: dict, model: str | None = None) -> dict:

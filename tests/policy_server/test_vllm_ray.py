@@ -11,18 +11,13 @@ from pathlib import Path
 import pytest
 
 from tests.gateway.test_recording import client, only_span
-from tests.helpers import serve_app
-from tests.policy_server.conftest import direct
+from tests.policy_server.conftest import direct, rig_over
 from tests.policy_server.test_vllm_swaps import random_adapter
 from tests.rigs import GatewayRig
-from tether.auth import TokenAuthority
-from tether.compose import create_app
-from tether.gateway import Gateway, GatewayConfig
 from tether.policy_server import PolicyServerOptions, PolicyWeights
 from tether.policy_server.vllm import VLLMPolicyServer
 from tether.ray.cluster import RaySettings, connect
 from tether.ray.replicas import ReplicaSet
-from tether.store import SQLiteStore
 
 pytestmark = pytest.mark.slow
 MESSAGES = [{"role": "user", "content": "Name a color."}]
@@ -41,16 +36,7 @@ def replicas(vllm_server: VLLMPolicyServer, ray_cluster: object) -> Iterator[Rep
 
 @pytest.fixture
 def ray_rig(tmp_path: Path, replicas: ReplicaSet) -> Iterator[GatewayRig]:
-    from tests.gateway.fake_upstream import Behaviour
-
-    store = SQLiteStore(tmp_path / "store.db")
-    auth = TokenAuthority.generate()
-    gateway = Gateway(store, auth, GatewayConfig(hold_limit_s=60))
-    gateway.add_upstream(replicas.upstream())
-    with serve_app(create_app(gateway)) as url:
-        gateway.config.public_url = url
-        yield GatewayRig(url, gateway, store, auth, Behaviour())
-    store.close()
+    yield from rig_over(tmp_path, replicas.upstream())
 
 
 def greedy(rig: GatewayRig) -> tuple[str, dict]:

@@ -25,52 +25,49 @@ from tether.store import SQLiteStore
 AGENTS = Path(__file__).parent / "agents"
 
 
-def test_grpo_on_ray_writes_metrics_and_versions(
-    tmp_path: Path, ray_cluster: Cluster, capsys: pytest.CaptureFixture[str]
-) -> None:
+def _train_args(tmp_path: Path, cluster: Cluster, steps: int) -> list[str]:
+    """A short GRPO run on the cluster: 2 worker actors (one per node), 2 learner ranks, tiny model."""
     tasks = tmp_path / "tasks.jsonl"
     # One task streams its call, the other does not: both ways through the replica actor, every step.
     lines = [json.dumps({"id": f"t{i}", "q": f"say {i}", "stream": i % 2 == 0}) + "\n" for i in range(2)]
     tasks.write_text("".join(lines))
-    code = main(
-        [
-            "train",
-            "--agent",
-            f"{sys.executable} {AGENTS / 'openai_agent.py'}",
-            "--tasks",
-            str(tasks),
-            "--reward",
-            f"{AGENTS / 'reward.py'}:varied",
-            "--model",
-            "tiny-random",
-            "--group-size",
-            "2",
-            "--tasks-per-step",
-            "2",
-            "--steps",
-            "2",
-            "--val-every",
-            "0",
-            "--checkpoint-every",
-            "2",
-            "--n-workers",
-            "2",
-            "--ray",
-            ray_cluster.address,
-            "--agent-resources",
-            '{"agent_slot": 1}',
-            "--replicas",
-            "1",
-            "--learner-ranks",
-            "2",
-            "--weights-transfer",
-            "stream",  # one machine shares its filesystem: make the weights take the other way
-            "--run",
-            "grpo-ray",
-            "--project-dir",
-            str(tmp_path),
-        ]
-    )
+    return [
+        "train",
+        "--agent",
+        f"{sys.executable} {AGENTS / 'openai_agent.py'}",
+        "--tasks",
+        str(tasks),
+        "--reward",
+        f"{AGENTS / 'reward.py'}:varied",
+        "--model",
+        "tiny-random",
+        "--group-size",
+        "2",
+        "--tasks-per-step",
+        "2",
+        "--steps",
+        str(steps),
+        "--val-every",
+        "0",
+        "--n-workers",
+        "2",
+        "--ray",
+        cluster.address,
+        "--agent-resources",
+        '{"agent_slot": 1}',
+        "--learner-ranks",
+        "2",
+        "--project-dir",
+        str(tmp_path),
+    ]
+
+
+def test_grpo_on_ray_writes_metrics_and_versions(
+    tmp_path: Path, ray_cluster: Cluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    extra = ["--checkpoint-every", "2", "--replicas", "1", "--run", "grpo-ray"]
+    # One machine shares its filesystem: make the weights take the other way.
+    code = main([*_train_args(tmp_path, ray_cluster, steps=2), *extra, "--weights-transfer", "stream"])
     assert code == 0
     said = capsys.readouterr().err
     assert "policy weights reach Ray actors through Ray's object store" in said
@@ -102,50 +99,12 @@ def test_grpo_on_ray_writes_metrics_and_versions(
     assert all(choice["token_ids"] for span in calls for choice in span.attributes[CallAttr.CHOICES])
 
 
-def _train_args(tmp_path: Path, cluster: Cluster, steps: int) -> list[str]:
-    tasks = tmp_path / "tasks.jsonl"
-    tasks.write_text("".join(json.dumps({"id": f"t{i}", "q": f"say {i}"}) + "\n" for i in range(2)))
-    return [
-        "train",
-        "--agent",
-        f"{sys.executable} {AGENTS / 'openai_agent.py'}",
-        "--tasks",
-        str(tasks),
-        "--reward",
-        f"{AGENTS / 'reward.py'}:varied",
-        "--model",
-        "tiny-random",
-        "--group-size",
-        "2",
-        "--tasks-per-step",
-        "2",
-        "--steps",
-        str(steps),
-        "--val-every",
-        "0",
-        "--checkpoint-every",
-        "1",
-        "--n-workers",
-        "2",
-        "--ray",
-        cluster.address,
-        "--agent-resources",
-        '{"agent_slot": 1}',
-        "--learner-ranks",
-        "2",
-        "--run",
-        "rank-lost",
-        "--project-dir",
-        str(tmp_path),
-    ]
-
-
 def test_a_dead_learner_rank_fails_in_one_line_and_resume_continues(
     tmp_path: Path, ray_cluster: Cluster
 ) -> None:
     """A learner rank's process is killed after the first checkpoint: the run stops with one line naming
     the rank and its node, and the same command with --resume finishes from that checkpoint."""
-    args = _train_args(tmp_path, ray_cluster, steps=3)
+    args = [*_train_args(tmp_path, ray_cluster, steps=3), "--checkpoint-every", "1", "--run", "rank-lost"]
     checkpoint = tmp_path / ".tether" / "runs" / "rank-lost" / "checkpoint" / "state.pt"
     outcome: dict[str, BaseException | int] = {}
 

@@ -63,7 +63,7 @@ def split_by_tokens(samples: Sequence[Sample], ranks: int) -> list[list[Sample]]
     return shares
 
 
-def _make_rank_trainer(config: TrainConfig, rank: int, world: int, sharding: str) -> Any:
+def _make_rank_trainer(config: TrainConfig, world: int, sharding: str) -> Any:
     """A `PolicyTrainer` for one rank: every rank normalizes its share by the whole batch's weight, so the
     sum of the ranks' gradients (an all-reduce, or FSDP2's reduce-scatter) is the single-rank one."""
     import torch
@@ -76,7 +76,7 @@ def _make_rank_trainer(config: TrainConfig, rank: int, world: int, sharding: str
     class RankTrainer(PolicyTrainer):
         def __init__(self) -> None:
             super().__init__(config)
-            self.rank, self.sharded = rank, sharding == "fsdp"
+            self.sharded = sharding == "fsdp"
             self._flag_sent = False
             self._divergence: TrainingDiverged | None = None
             with torch.no_grad():  # every rank starts from rank 0's weights
@@ -177,7 +177,6 @@ def _make_rank_trainer(config: TrainConfig, rank: int, world: int, sharding: str
         def _checkpoint_state(self) -> dict[str, Any]:
             state = super()._checkpoint_state()
             if self.sharded:
-                state["trainable"] = self.trainable()
                 state["optimizer"] = fsdp.whole_state(state["optimizer"])
             return state
 
@@ -230,7 +229,7 @@ class LearnerRank:
         device = "cuda" if cuda else "cpu"
         dist.init_process_group(backend, init_method=init_method, rank=self.rank, world_size=self.world)
         config = replace(config, device=config.device or device)
-        self.trainer = _make_rank_trainer(config, self.rank, self.world, sharding)
+        self.trainer = _make_rank_trainer(config, self.world, sharding)
         return int(self.trainer.trainable_parameters)
 
     def step(self, batch: AdvantageBatch, total_weight: float) -> dict[str, Any]:

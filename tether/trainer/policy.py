@@ -619,6 +619,10 @@ class PolicyTrainer:
 
     # Hooks of the saved state (a sharded learner gathers and scatters its shards in them).
 
+    def trainable(self) -> dict[str, torch.Tensor]:
+        """A copy of the trainable parameters, on the CPU, by name."""
+        return {n: p.detach().cpu().clone() for n, p in self.model.named_parameters() if p.requires_grad}
+
     def _servable_state(self) -> dict[str, Any] | None:
         """The state dict `save_pretrained` writes (None: the model's own)."""
         return None
@@ -627,9 +631,7 @@ class PolicyTrainer:
         return {
             "step": self.step_count,
             "lora": self.config.lora,
-            "trainable": {
-                n: p.detach().cpu().clone() for n, p in self.model.named_parameters() if p.requires_grad
-            },
+            "trainable": self.trainable(),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "rng": _rng_state(),
