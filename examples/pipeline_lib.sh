@@ -43,7 +43,7 @@ phase_time() {
 # size_of KEY: the size $<PREFIX>_KEY from the environment (SQL_SFT_STEPS, ...), else the example's default.
 size_of() {
   local var="${prefix}_$1"
-  echo "${!var:-${size[$1]}}"
+  echo "${!var:-${size[$1]:-}}"
 }
 
 # first_train_tasks: with $<PREFIX>_TRAIN=N, train on the first N tasks of $train_tasks only.
@@ -55,19 +55,35 @@ first_train_tasks() {
   fi
 }
 
+# demonstrated_tasks: the file of train tasks the teacher demonstrates: the first $<PREFIX>_DEMOS (default
+# size[DEMOS]) of $train_tasks, or all of them when that is empty. RL samples from all of $train_tasks, so
+# the others are questions the policy first meets in RL, where its rewards still vary.
+demonstrated_tasks() {
+  local count
+  count=$(size_of DEMOS)
+  if [ -z "$count" ]; then
+    echo "$train_tasks"
+    return 0
+  fi
+  head -n "$count" "$train_tasks" >"$project/data/demonstrated.jsonl"
+  echo "$project/data/demonstrated.jsonl"
+}
+
 # run_pipeline [TETHER_TRAIN_ARGS...]: the three phases, from what the example's pipeline.sh set:
 #   name (calc, sql, rag), prefix (CALC, SQL, RAG), project, agent, reward, teacher (its script),
 #   train_tasks, val_tasks, the default sizes in the associative array `size`, and extra_train (more
 #   `tether train` options).
 run_pipeline() {
-  local started=$SECONDS phase sft_steps
+  local started=$SECONDS phase sft_steps demo_tasks
   sft_steps=$(size_of SFT_STEPS)
+  demo_tasks=$(demonstrated_tasks)
   summary_file="$project/pipeline-times.txt"
   : >"$summary_file"
 
   phase=$SECONDS
-  start_teacher "$teacher" "$train_tasks"
-  tether rollout --project-dir "$project" --agent "$agent" --tasks "$train_tasks" \
+  echo "the teacher demonstrates $(wc -l <"$demo_tasks") of the $(wc -l <"$train_tasks") train tasks"
+  start_teacher "$teacher" "$demo_tasks"
+  tether rollout --project-dir "$project" --agent "$agent" --tasks "$demo_tasks" \
     --reward "$reward" --upstream "$TEACHER_URL" --upstream-model teacher \
     --n-workers "$(size_of TEACHER_WORKERS)" --run "$name-teacher"
   stop_teacher

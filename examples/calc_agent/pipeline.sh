@@ -9,15 +9,15 @@ source examples/pipeline_lib.sh
 prefix=CALC
 name=calc
 project=${CALC_PROJECT:-calc-project}
-agent="python examples/calc_agent/agent.py"
+agent="python examples/calc_agent/agent.py --max-tokens ${CALC_MAX_TOKENS:-128}"
 reward=examples/calc_agent/reward.py:correct
 teacher=examples/calc_agent/teacher.py
 mkdir -p "$project"
-python examples/calc_agent/tasks.py --out-dir "$project/data" --train "${CALC_TRAIN:-200}" \
+python examples/calc_agent/tasks.py --out-dir "$project/data" --train "${CALC_TRAIN:-300}" \
   --val "${CALC_VAL:-40}" --max-steps 2 --seed 0
 train_tasks=$project/data/train.jsonl
 val_tasks=$project/data/val.jsonl
-declare -A size=([MODEL]=smollm2-135m [TEACHER_WORKERS]=6 [SFT_STEPS]=30 [SFT_BATCH]=8 [LR]=3e-4
+declare -A size=([MODEL]=smollm2-135m [DEMOS]=200 [TEACHER_WORKERS]=6 [SFT_STEPS]=30 [SFT_BATCH]=8 [LR]=3e-4
   [RL_STEPS]=8 [GROUP]=6 [TASKS_PER_STEP]=2 [WORKERS]=16)
 extra_train=()
 run_pipeline "$@"

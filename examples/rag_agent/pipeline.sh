@@ -9,15 +9,15 @@ source examples/pipeline_lib.sh
 prefix=RAG
 name=rag
 project=${RAG_PROJECT:-rag-project}
-agent="python examples/rag_agent/agent.py"
+agent="python examples/rag_agent/agent.py --temperature ${RAG_TEMPERATURE:-1.0}"
 reward=examples/rag_agent/reward.py:score
 teacher=examples/rag_agent/teacher.py
 mkdir -p "$project"
-python examples/rag_agent/tasks.py --out-dir "$project/data" --val "${RAG_VAL:-12}" --seed 0
+python examples/rag_agent/tasks.py --out-dir "$project/data" --val "${RAG_VAL:-20}" --seed 0
 train_tasks=$project/data/train.jsonl
 first_train_tasks
 val_tasks=$project/data/val.jsonl
-declare -A size=([MODEL]=smollm2-135m [TEACHER_WORKERS]=6 [SFT_STEPS]=20 [SFT_BATCH]=8 [LR]=3e-4
-  [RL_STEPS]=6 [GROUP]=4 [TASKS_PER_STEP]=2 [WORKERS]=8)
+declare -A size=([MODEL]=smollm2-135m [DEMOS]=40 [TEACHER_WORKERS]=6 [SFT_STEPS]=16 [SFT_BATCH]=8
+  [LR]=3e-4 [RL_STEPS]=7 [GROUP]=6 [TASKS_PER_STEP]=2 [WORKERS]=8)
 extra_train=(--timeout 600)
 run_pipeline "$@"

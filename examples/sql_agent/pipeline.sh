@@ -24,7 +24,7 @@ fi
 train_tasks=$project/data/train.jsonl
 first_train_tasks
 val_tasks=$project/data/val.jsonl
-declare -A size=([MODEL]=smollm2-135m [TEACHER_WORKERS]=6 [SFT_STEPS]=20 [SFT_BATCH]=8 [LR]=3e-4
-  [RL_STEPS]=6 [GROUP]=4 [TASKS_PER_STEP]=2 [WORKERS]=8)
+declare -A size=([MODEL]=smollm2-135m [DEMOS]=40 [TEACHER_WORKERS]=6 [SFT_STEPS]=20 [SFT_BATCH]=8
+  [LR]=3e-4 [RL_STEPS]=10 [GROUP]=4 [TASKS_PER_STEP]=4 [WORKERS]=8)
 extra_train=(--timeout 600)
 run_pipeline "$@"

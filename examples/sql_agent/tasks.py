@@ -53,6 +53,8 @@ def split(tasks: list[dict[str, Any]], val_fraction: float, seed: int) -> tuple[
         cut = round(len(group) * val_fraction)
         val += group[:cut]
         train += group[cut:]
+    # Mixed levels from the first line on, so that the first N train tasks are a fair sample of them all.
+    rng.shuffle(train)
     return train, val
 
 

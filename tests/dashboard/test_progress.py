@@ -41,3 +41,9 @@ def test_a_terminal_gets_the_bar_and_the_lines() -> None:
         show(TRAIN)
     text = out.getvalue()
     assert step_line(TRAIN) in text and "training" in text and "7/12" in text
+
+
+def test_an_imitation_step_shows_the_demonstrations_nll_not_the_surrogate_loss() -> None:
+    sft = {**TRAIN, "phase": "sft", "rollouts": 8, "train.loss": -1.0, "train.nll": 0.925}
+    line = step_line(sft)
+    assert "sft  8 demonstrations  nll 0.9250" in line and "loss" not in line and "reward" not in line

@@ -23,6 +23,8 @@ def step_line(record: dict[str, Any]) -> str:
     step = f"step {record['step']:>3}"
     if record["kind"] == "val":
         return f"{step}  held-out accuracy {record['val_score']:.3f}"
+    if record.get("phase") == "sft":
+        return _imitation_line(step, record)
     line = (
         f"{step}  reward {record['reward_mean']:.3f}±{record['reward_std']:.3f}  "
         f"groups {record['groups_used']}  {record['rollouts_per_s']:.2f} ro/s"
@@ -32,6 +34,15 @@ def step_line(record: dict[str, Any]) -> str:
             f"  loss {record['train.loss']:+.4f}  clip {record['train.clip_fraction']:.3f}  "
             f"kl {record['train.approx_kl']:.4f}  {record['train.seconds']:.1f}s"
         )
+    return line
+
+
+def _imitation_line(step: str, record: dict[str, Any]) -> str:
+    """`step   3  sft  8 demonstrations  nll 0.9250  4.2s`: an imitation update's loss is the
+    demonstrations' negative log-likelihood per token (its policy loss is a constant -1)."""
+    line = f"{step}  sft  {record['rollouts']} demonstrations"
+    if "train.nll" in record:
+        line += f"  nll {record['train.nll']:.4f}  {record['train.seconds']:.1f}s"
     return line
 
 
