@@ -5,7 +5,8 @@
     .venv/bin/python -m bench --only gateway,store
 
 Reference environments are created under bench/ on first use (see bench/refenv.py). Whatever cannot be
-installed or run becomes a row that says why. The table is printed and written to docs/benchmarks.md.
+installed or run becomes a row that says why. The table is printed, and each benchmark that ran replaces
+its own section of docs/benchmarks.md (between its `bench:NAME` markers); the other sections are kept.
 """
 
 from __future__ import annotations
@@ -20,10 +21,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench import refenv
-from bench.report import Row, header, not_run, render_rows, venv_version, write_report
+from bench.report import Row, measured_on, not_run, render_rows, suite_section, venv_version, write_sections
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS = ("gateway", "store", "async", "trainer", "load", "postgres")
+TITLES = {
+    "gateway": "Gateway against Agent Lightning's proxies (fake upstream)",
+    "store": "Store against Agent Lightning's in-memory store",
+    "async": "Async against sync training",
+    "trainer": "Trainer update against TRL",
+    "load": "Load test: 256 agents through one gateway",
+    "postgres": "PostgreSQL store against SQLite (suite run)",
+}
+# The reference versions (Context.versions keys) each benchmark's section names.
+REFERENCES = {
+    "gateway": ("agentlightning", "litellm", "opentelemetry-sdk", "agentlightning 1.x (gateway, unpacked)"),
+    "store": ("agentlightning", "opentelemetry-sdk"),
+    "trainer": ("trl", "torch (TRL venv)"),
+}
 
 
 @dataclass
@@ -117,22 +132,30 @@ def main(argv: list[str] | None = None) -> int:
     ctx = Context(Sizes.of(args.quick), folder, folder / "install.log")
     runners = _runners()
     began = time.perf_counter()
+    ran: list[tuple[str, list[Row], list[str], float]] = []
     for index, name in enumerate(chosen, 1):
         progress(f"({index}/{len(chosen)}) {name} ...")
         started = time.perf_counter()
+        rows_before, notes_before = len(ctx.rows), len(ctx.notes)
         try:
             runners[name](ctx)
         except Exception as exc:  # noqa: BLE001 - one broken benchmark must not sink the others
             traceback.print_exc(file=sys.stderr)
             ctx.rows.append(Row(name, "whole benchmark", "", not_run(exc)))
-        progress(f"({index}/{len(chosen)}) {name} done in {time.perf_counter() - started:.0f} s")
-    ctx.notes.append(f"total wall-clock {time.perf_counter() - began:.0f} s")
+        took = time.perf_counter() - started
+        ran.append((name, ctx.rows[rows_before:], ctx.notes[notes_before:], took))
+        progress(f"({index}/{len(chosen)}) {name} done in {took:.0f} s")
+    progress(f"total wall-clock {time.perf_counter() - began:.0f} s")
     if ctx.log.exists():
         progress(f"reference install log: {ctx.log}")
-    head = header("quick" if args.quick else "full", ctx.versions)
-    write_report(args.out, head, ctx.rows, ctx.notes)
+    mode = "quick" if args.quick else "full"
+    sections = {}
+    for name, rows, notes, took in ran:
+        versions = {k: v for k, v in ctx.versions.items() if k in REFERENCES.get(name, ())}
+        sections[name] = suite_section(name, TITLES[name], measured_on(mode, versions, took), rows, notes)
+    write_sections(args.out, sections)
     print(render_rows(ctx.rows))
-    progress(f"wrote {args.out}")
+    progress(f"wrote the sections {', '.join(sections)} of {args.out}; kept the others")
     return 0
 
 

@@ -6,7 +6,9 @@ Everything runs on this machine in separate processes: the fake upstream (aiohtt
 response token ids with logprobs), the Tether gateway (uvicorn, durable SQLite recording), a floor proxy
 (a bare aiohttp pass-through proxy that records nothing: the least any proxy in Python adds here), and
 the load generator. Reported: p50/p99 latency with 1 client and throughput with N clients, direct, through
-the floor proxy and through the gateway, and the gateway's resident memory before and after.
+the floor proxy and through the gateway; the gateway's resident memory before and after (RSS growth per
+recorded call: what the process keeps in memory); and the store file's growth per recorded call (what a
+call costs on disk: store.db after a WAL checkpoint, over the span rows added).
 
 The three targets are measured in turn, `--rounds` times, and each figure is the median over rounds, so
 that a burst of other work on the machine skews one round rather than one column.
@@ -18,6 +20,7 @@ import argparse
 import asyncio
 import os
 import socket
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -157,6 +160,21 @@ async def load(url: str, key: str, calls: int, clients: int) -> tuple[list[float
         return latencies, calls / (time.perf_counter() - began)
 
 
+def store_on_disk(db: Path) -> tuple[int, int]:
+    """(bytes, span rows) of a SQLite store file, after checkpointing its WAL into it, so that the bytes
+    are the database's own pages (SQLite never shrinks the file: its growth is what the rows took)."""
+    with sqlite3.connect(db, timeout=30) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        spans = int(conn.execute("SELECT COUNT(*) FROM spans").fetchone()[0])
+    wal = db.with_name(db.name + "-wal")
+    return db.stat().st_size + (wal.stat().st_size if wal.exists() else 0), spans
+
+
+def kib_per_record(before: tuple[int, int], after: tuple[int, int]) -> float:
+    records = after[1] - before[1]
+    return (after[0] - before[0]) / 1024 / records if records > 0 else float("nan")
+
+
 def percentile(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100)[int(q) - 1] * 1000
 
@@ -200,12 +218,14 @@ def main() -> None:
         for name in ("floor", "gateway"):
             asyncio.run(load(urls[name], key, 200, 4))  # warm-up
         rss_before = rss_mib(gateway.pid)
+        disk_before = store_on_disk(Path(project) / "store.db")
         for _ in range(args.rounds):
             for name in names:
                 single, _ = asyncio.run(load(urls[name], key, args.calls // 4, 1))
                 _, throughput = asyncio.run(load(urls[name], key, args.calls, args.clients))
                 results[name].append((percentile(single, 50), percentile(single, 99), throughput))
         rss_after = rss_mib(gateway.pid)
+        disk_after = store_on_disk(Path(project) / "store.db")
     finally:
         for process in (gateway, floor, upstream):
             process.terminate()
@@ -233,7 +253,12 @@ def main() -> None:
     print(
         f"\nmedians of {args.rounds} rounds; gateway RSS {rss_before:.0f} MiB before, "
         f"{rss_after:.0f} MiB after {recorded} recorded calls "
-        f"({(rss_after - rss_before) * 1024 / recorded:.2f} KiB per call)"
+        f"({(rss_after - rss_before) * 1024 / recorded:.2f} KiB RSS growth per call)"
+    )
+    print(
+        f"store file {disk_before[0] / 2**20:.1f} MiB -> {disk_after[0] / 2**20:.1f} MiB for "
+        f"{disk_after[1] - disk_before[1]} span rows ({kib_per_record(disk_before, disk_after):.2f} KiB on "
+        "disk per recorded call; store.db after a WAL checkpoint)"
     )
     print(f"cpu cores: {os.cpu_count()}")
 

@@ -4,7 +4,9 @@ Every target runs in its own process against the same fake upstream (bench/gatew
 / 128 response token ids, logprobs). Each target gets, in turn: a warm-up, 1-client latency (p50/p99,
 interleaved with direct calls to the upstream; the difference is the added latency),
 throughput with 16 and with 64 clients, then calls up to the recorded-call count, and its RSS growth per
-recorded call. Its records are counted afterwards, so a proxy that silently drops spans shows up.
+recorded call (memory the process keeps). For ours, also the store file's growth per recorded call (what a
+call costs on disk); the references keep their records in memory, so they have none. Its records are
+counted afterwards, so a proxy that silently drops spans shows up.
 """
 
 from __future__ import annotations
@@ -18,7 +20,15 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.gateway_overhead import free_port, load, percentile, rss_mib, wait_port
+from bench.gateway_overhead import (
+    free_port,
+    kib_per_record,
+    load,
+    percentile,
+    rss_mib,
+    store_on_disk,
+    wait_port,
+)
 
 HERE = Path(__file__).resolve().parent
 
@@ -30,6 +40,7 @@ class Target:
     url: str  # full chat-completions URL
     key: str
     count: object = None  # () -> int | str: records held, or why not known
+    disk: object = None  # () -> (bytes, records) of its store file; None: it keeps nothing on disk
 
 
 @dataclass
@@ -38,9 +49,10 @@ class Figures:
     added_p99_ms: float
     tput16: float
     tput64: float
-    kib_per_call: float
+    kib_per_call: float  # RSS growth per recorded call
     calls: int
     recorded: int | str
+    disk_kib_per_call: float | None = None  # store file growth per recorded call; None: no store file
 
 
 def _wait_ready(folder: Path, process: subprocess.Popen[bytes], timeout_s: float = 180) -> tuple[str, str]:
@@ -94,7 +106,7 @@ def start_ours(upstream_url: str) -> Target:
             return conn.execute("SELECT COUNT(*) FROM spans").fetchone()[0]
 
     url = f"http://127.0.0.1:{port}/rollouts/{rollout_id}/v1/chat/completions"
-    return Target("ours", process, url, key, count)
+    return Target("ours", process, url, key, count, lambda: store_on_disk(Path(project) / "store.db"))
 
 
 def start_floor(upstream_url: str) -> Target:
@@ -152,6 +164,7 @@ def measure(
 ) -> Figures:
     asyncio.run(load(target.url, target.key, 100, 4))  # warm-up
     rss_before = rss_mib(target.process.pid)
+    disk_before = target.disk() if callable(target.disk) else None
     single, direct = _interleaved_latency(target, direct_url, latency_calls)
     _, tput16 = asyncio.run(load(target.url, target.key, throughput_calls, 16))
     _, tput64 = asyncio.run(load(target.url, target.key, throughput_calls, 64))
@@ -161,6 +174,7 @@ def measure(
         made = recorded_calls
     rss_after = rss_mib(target.process.pid)
     recorded = target.count() if callable(target.count) else "-"
+    disk = kib_per_record(disk_before, target.disk()) if disk_before and callable(target.disk) else None
     return Figures(
         percentile(single, 50) - percentile(direct, 50),
         percentile(single, 99) - percentile(direct, 99),
@@ -169,4 +183,5 @@ def measure(
         (rss_after - rss_before) * 1024 / made,
         made + 100,
         recorded,
+        disk,
     )

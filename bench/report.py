@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import os
 import platform
+import re
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -116,32 +117,90 @@ def venv_version(python: Path, package: str) -> str:
     return done.stdout.strip() if done.returncode == 0 else "not installed"
 
 
-def header(mode: str, references: dict[str, str]) -> str:
+PREAMBLE = """# Benchmarks: Tether vs Agent Lightning (and TRL)
+
+Each section says the command that measures its figures. The sections between `bench:NAME` markers are
+written by `python -m bench` (see bench/README.md): each run replaces the sections of the benchmarks it
+ran, in place, and keeps every other section. Every figure of such a section was measured in the same run,
+one target after the other, on the machine it names; compare ratios, not absolute numbers. The other
+sections are written by hand from the runs they describe.
+"""
+
+
+def measured_on(mode: str, references: dict[str, str], seconds: float | None = None) -> str:
+    """The lines that say when, where and with what a section's figures were measured."""
     ours = ", ".join(
         f"{p} {_version(p)}" for p in ("tether", "torch", "transformers", "peft", "fastapi", "uvicorn")
     )
-    theirs = ", ".join(f"{name} {version}" for name, version in references.items())
+    theirs = ", ".join(f"{name} {version}" for name, version in references.items()) or "none"
+    took = f"; took {seconds:.0f} s" if seconds is not None else ""
+    date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     return "\n".join(
         [
-            "# Benchmarks: Tether vs Agent Lightning (and TRL)",
-            "",
-            "Written by `python -m bench` (see bench/README.md). Every figure of a row was measured in the "
-            "same run, one target after the other, on this machine; compare ratios, not absolute numbers.",
-            "",
-            f"- date: {datetime.datetime.now(datetime.UTC).strftime('%Y-%m-%d %H:%M UTC')}; mode: {mode}",
+            f"- date: {date}; mode: {mode}{took}",
             f"- machine: {cpu_model()}, {os.cpu_count()} cores, {ram_gib():.0f} GiB RAM, "
             f"{platform.system()} {platform.release()}",
             f"- Python {sys.version.split()[0]}; ours: {ours}",
             f"- references: {theirs}",
-            "",
         ]
     )
 
 
-def write_report(path: Path, head: str, rows: list[Row], notes: list[str]) -> str:
-    body = head + "\n" + render_rows(rows) + "\n"
+def suite_section(name: str, title: str, measured: str, rows: list[Row], notes: list[str]) -> str:
+    """One benchmark's section of docs/benchmarks.md: its title, command, provenance, table and notes."""
+    parts = [f"## {title}", "", f"`python -m bench --only {name}`", "", measured, "", render_rows(rows)]
     if notes:
-        body += "\n## Notes\n\n" + "\n".join(f"- {note}" for note in notes) + "\n"
+        parts += ["", *(f"- {note}" for note in notes)]
+    return "\n".join(parts) + "\n"
+
+
+def _begin(name: str) -> str:
+    return f"<!-- bench:{name} begin (written by python -m bench; edits inside are replaced) -->"
+
+
+def _end(name: str) -> str:
+    return f"<!-- bench:{name} end -->"
+
+
+_MARKER = re.compile(r"^<!-- bench:(?P<name>[\w.-]+) (?P<edge>begin|end)\b.*-->$", re.MULTILINE)
+
+
+def marked_sections(text: str) -> dict[str, tuple[int, int]]:
+    """Each `bench:NAME` section of `text`: NAME -> (start of its begin marker, end of its end marker)."""
+    found: dict[str, tuple[int, int]] = {}
+    opened: dict[str, int] = {}
+    for match in _MARKER.finditer(text):
+        name = match["name"]
+        if match["edge"] == "begin":
+            if name in opened or name in found:
+                raise ValueError(f"section bench:{name} begins twice")
+            opened[name] = match.start()
+        else:
+            if name not in opened:
+                raise ValueError(f"section bench:{name} ends before it begins")
+            found[name] = (opened.pop(name), match.end())
+    if opened:
+        raise ValueError(f"section bench:{next(iter(opened))} never ends")
+    return found
+
+
+def write_sections(path: Path, sections: dict[str, str], preamble: str = PREAMBLE) -> str:
+    """Writes each of `sections` (NAME -> markdown) into `path` between its markers: a section already
+    there is replaced in place; a new one goes after the last marked section (or at the end). Everything
+    else in the file, marked sections this run did not regenerate and hand-written text, is kept as it
+    is. A missing file starts from `preamble`."""
+    text = path.read_text() if path.exists() else preamble
+    for name, body in sections.items():
+        block = f"{_begin(name)}\n{body.rstrip()}\n{_end(name)}"
+        where = marked_sections(text)
+        if name in where:
+            start, end = where[name]
+            text = text[:start] + block + text[end:]
+        elif where:
+            end = max(stop for _, stop in where.values())
+            text = text[:end] + "\n\n" + block + text[end:]
+        else:
+            text = text.rstrip("\n") + "\n\n" + block + "\n"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(body)
-    return body
+    path.write_text(text)
+    return text

@@ -98,7 +98,7 @@ def _gateway_rows(ctx: Context, figures: dict, direct) -> None:  # noqa: ANN001
         ("added p99 latency, 1 client", "ms", lambda f: f.added_p99_ms, False),
         ("throughput, 16 clients", "req/s", lambda f: f.tput16, True),
         ("throughput, 64 clients", "req/s", lambda f: f.tput64, True),
-        ("RSS growth per recorded call", "KiB", lambda f: f.kib_per_call, False),
+        ("RSS growth per recorded call (memory the process keeps)", "KiB", lambda f: f.kib_per_call, False),
     ]
     for metric, unit, get, higher in metrics:
         ctx.rows.append(
@@ -112,6 +112,22 @@ def _gateway_rows(ctx: Context, figures: dict, direct) -> None:  # noqa: ANN001
                 higher,
             )
         )
+
+    def on_disk(f: object) -> Value:
+        kib = f.disk_kib_per_call
+        return "in memory only: no store file" if kib is None else kib
+
+    ctx.rows.append(
+        Row(
+            section,
+            "store file growth per recorded call (on disk; SQLite after a WAL checkpoint)",
+            "KiB",
+            value("ours", on_disk),
+            {name: value(name, on_disk) for name in (AGL03, AGL1)},
+            "records nothing",
+            False,
+        )
+    )
 
     def recorded(f: object) -> str:
         return f"{f.recorded} of {f.calls}"

@@ -1,6 +1,7 @@
-# Shared by the examples' pipeline.sh scripts: start a scripted teacher, stop it, summarise the run.
+# Shared by the examples' pipeline.sh scripts: start a scripted teacher, stop it, summarise the runs.
 # Sourced, not run. Each pipeline: teacher rollouts on train -> SFT warm start -> GRPO, held-out
-# accuracy (greedy, val split) before, after SFT and after RL.
+# accuracy (greedy, val split) before, after SFT and after RL, with 95% bootstrap intervals, for each
+# seed of $<PREFIX>_SEEDS (default "0 1").
 
 teacher_pid=""
 
@@ -55,6 +56,16 @@ first_train_tasks() {
   fi
 }
 
+# first_val_tasks: with $<PREFIX>_VAL=N, validate on the first N tasks of $val_tasks only (for examples
+# whose tasks.py does not size the val split itself).
+first_val_tasks() {
+  local var="${prefix}_VAL"
+  if [ -n "${!var:-}" ]; then
+    head -n "${!var}" "$val_tasks" >"$project/data/val-head.jsonl"
+    val_tasks=$project/data/val-head.jsonl
+  fi
+}
+
 # demonstrated_tasks: the file of train tasks the teacher demonstrates: the first $<PREFIX>_DEMOS (default
 # size[DEMOS]) of $train_tasks, or all of them when that is empty. RL samples from all of $train_tasks, so
 # the others are questions the policy first meets in RL, where its rewards still vary.
@@ -72,16 +83,23 @@ demonstrated_tasks() {
 # run_pipeline [TETHER_TRAIN_ARGS...]: the three phases, from what the example's pipeline.sh set:
 #   name (calc, sql, rag), prefix (CALC, SQL, RAG), project, agent, reward, teacher (its script),
 #   train_tasks, val_tasks, the default sizes in the associative array `size`, and extra_train (more
-#   `tether train` options).
+#   `tether train` options). SFT and RL run once per seed of $<PREFIX>_SEEDS (default "0 1"), each seed its
+#   own run `NAME-pipeline-seedS`; the seed orders the demonstrations and the RL tasks and initialises
+#   the adapter. The teacher's rollouts are made once and imitated by every seed: the teacher is
+#   scripted from the reference solutions, so another seed would record the same demonstrations.
 run_pipeline() {
-  local started=$SECONDS phase sft_steps demo_tasks
+  local started=$SECONDS phase sft_steps demo_tasks seed run
+  local -a seeds runs=()
   sft_steps=$(size_of SFT_STEPS)
+  read -r -a seeds <<<"$(size_of SEEDS)"
+  [ "${#seeds[@]}" -gt 0 ] || seeds=(0 1)
   demo_tasks=$(demonstrated_tasks)
   summary_file="$project/pipeline-times.txt"
   : >"$summary_file"
 
   phase=$SECONDS
-  echo "the teacher demonstrates $(wc -l <"$demo_tasks") of the $(wc -l <"$train_tasks") train tasks"
+  echo "the teacher demonstrates $(wc -l <"$demo_tasks") of the $(wc -l <"$train_tasks") train tasks;" \
+    "$(wc -l <"$val_tasks") held-out tasks; seeds ${seeds[*]}"
   start_teacher "$teacher" "$demo_tasks"
   tether rollout --project-dir "$project" --agent "$agent" --tasks "$demo_tasks" \
     --reward "$reward" --upstream "$TEACHER_URL" --upstream-model teacher \
@@ -89,16 +107,20 @@ run_pipeline() {
   stop_teacher
   phase_time "teacher rollouts" "$phase"
 
-  phase=$SECONDS
-  tether train --project-dir "$project" --agent "$agent" \
-    --tasks "$train_tasks" --val-tasks "$val_tasks" --reward "$reward" --model "$(size_of MODEL)" \
-    --from-run "$name-teacher" --sft-steps "$sft_steps" --sft-batch "$(size_of SFT_BATCH)" \
-    --lr "$(size_of LR)" --algorithm grpo --steps "$(size_of RL_STEPS)" --group-size "$(size_of GROUP)" \
-    --tasks-per-step "$(size_of TASKS_PER_STEP)" --n-workers "$(size_of WORKERS)" --val-every 0 \
-    "${extra_train[@]}" --run "$name-pipeline" --fresh "$@"
-  phase_time "train (model load, 3 validations, SFT, RL)" "$phase"
+  for seed in "${seeds[@]}"; do
+    phase=$SECONDS
+    run="$name-pipeline-seed$seed"
+    tether train --project-dir "$project" --agent "$agent" \
+      --tasks "$train_tasks" --val-tasks "$val_tasks" --reward "$reward" --model "$(size_of MODEL)" \
+      --from-run "$name-teacher" --sft-steps "$sft_steps" --sft-batch "$(size_of SFT_BATCH)" \
+      --lr "$(size_of LR)" --algorithm grpo --steps "$(size_of RL_STEPS)" --group-size "$(size_of GROUP)" \
+      --tasks-per-step "$(size_of TASKS_PER_STEP)" --n-workers "$(size_of WORKERS)" --val-every 0 \
+      --seed "$seed" "${extra_train[@]}" --run "$run" --fresh "$@"
+    phase_time "train, seed $seed (model load, 3 validations, SFT, RL)" "$phase"
+    runs+=(--run "$seed" "$project/.tether/runs/$run")
+  done
   phase_time "pipeline total" "$started"
 
-  python examples/pipeline_summary.py "$project/.tether/runs/$name-pipeline" --sft-steps "$sft_steps" \
+  python examples/pipeline_summary.py "${runs[@]}" --sft-steps "$sft_steps" \
     --out "$project/pipeline-summary.json" | tee -a "$summary_file"
 }

@@ -1,10 +1,21 @@
 #!/usr/bin/env bash
 # The main job: train an unmodified OpenAI-client agent (examples/arith_agent) on this CPU with RL, and
 # print its held-out accuracy before and after. The agent only ever sees OPENAI_BASE_URL/OPENAI_API_KEY.
+#
+# The run has a stable name (TETHER_DEMO_RUN, default `demo`), so running this again after a crash, a
+# kill or Ctrl-C resumes it from its last checkpoint. TETHER_DEMO_FRESH=1 starts it over (passes --fresh:
+# the old run is kept as NAME~N). A resume refuses a changed task file, naming the first task that
+# differs: start over then.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 project=demo-project
 steps="${TETHER_DEMO_STEPS:-12}"
+run="${TETHER_DEMO_RUN:-demo}"
+fresh=()
+case "${TETHER_DEMO_FRESH:-}" in
+  "" | 0 | no | false) ;;
+  *) fresh=(--fresh) ;;
+esac
 mkdir -p "$project"
 python examples/arith_agent/tasks.py --out-dir "$project/data" --train 200 --val 32 --seed 0
 tether train \
@@ -15,4 +26,4 @@ tether train \
   --reward examples/arith_agent/reward.py:correct \
   --model "${TETHER_DEMO_MODEL:-smollm2-135m}" \
   --algorithm grpo --group-size 8 --tasks-per-step 3 --steps "$steps" --val-every 4 \
-  --run-name "demo-$(date +%Y%m%d-%H%M%S)" "$@"
+  --run-name "$run" ${fresh[@]+"${fresh[@]}"} "$@"

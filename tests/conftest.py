@@ -11,6 +11,35 @@ from tests.gateway.fake_upstream import Behaviour, create_fake_upstream
 from tests.helpers import serve_app
 from tests.rigs import GatewayRig, make_engine_rig, make_rig
 
+# Each real dependency is a marker (registered, with the sets to select, in pyproject.toml and README).
+# Tests get them from the fixtures that bring the dependency in, so a new test that uses one is marked;
+# tests that load SmolLM2 themselves, or run vLLM without the session server, carry theirs in their module.
+FIXTURE_MARKERS = {
+    "ray_cluster": ("ray",),
+    "vllm_server": ("vllm", "smollm2"),  # the session's vLLM serves the real SmolLM2
+    "pg_cluster": ("postgres",),
+    "browser": ("browser",),
+}
+PIPELINES = Path(__file__).parent / "examples" / "test_pipelines.py"  # the real SmolLM2, end to end
+
+
+def dependency_markers(item: pytest.Item) -> set[str]:
+    names = set(getattr(item, "fixturenames", ()))
+    markers = {marker for fixture, marks in FIXTURE_MARKERS.items() if fixture in names for marker in marks}
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None and callspec.params.get("store") == "postgresql":  # the conformance suite
+        markers.add("postgres")
+    if item.path == PIPELINES:
+        markers |= {"pipeline", "smollm2"}
+    return markers
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        for marker in sorted(dependency_markers(item) - {mark.name for mark in item.iter_markers()}):
+            item.add_marker(marker)
+
+
 # One real Ray cluster for every test that needs one: a head and one worker node, each with one
 # `agent_slot` (so two agent slots land one per node) and 4 logical CPUs. Starting Ray is slow on small
 # machines, so the cluster is started once and tests join it as drivers.

@@ -47,6 +47,9 @@ class CallAttr:
     CHAT_REQUEST: Final = "chat_request"  # a translated call's chat form
     OVERRIDES: Final = "overrides"
     POLICY_VERSION: Final = "policy_version"
+    # The distribution the tokens were drawn from and their logprobs are under (`tether.sampling.Sampler`
+    # as a dict); absent on spans recorded before it was, whose logprobs are the raw log-softmax.
+    SAMPLING: Final = "sampling"
     PROMPT_TOKEN_IDS: Final = "prompt_token_ids"
     CHOICES: Final = "choices"  # [{index, text, finish_reason, token_ids, logprobs, tool_parse_error?}]
     USAGE: Final = "usage"

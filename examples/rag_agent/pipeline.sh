@@ -2,7 +2,8 @@
 # The RAG agent learns: scripted-teacher rollouts on the train questions (the search call, then the
 # answer) -> SFT warm start on those demonstrations -> GRPO, with the reward (0.2 format + 0.8 F1)
 # (greedy) on the held-out questions before, after SFT and after RL. Sizes come from the
-# environment (RAG_SFT_STEPS, RAG_RL_STEPS, ...); extra arguments go to `tether train`.
+# environment (RAG_SFT_STEPS, RAG_RL_STEPS, RAG_VAL, RAG_SEEDS ("0 1"), ...); extra arguments go to
+# `tether train`.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source examples/pipeline_lib.sh
@@ -13,7 +14,7 @@ agent="python examples/rag_agent/agent.py --temperature ${RAG_TEMPERATURE:-1.0}"
 reward=examples/rag_agent/reward.py:score
 teacher=examples/rag_agent/teacher.py
 mkdir -p "$project"
-python examples/rag_agent/tasks.py --out-dir "$project/data" --val "${RAG_VAL:-20}" --seed 0
+python examples/rag_agent/tasks.py --out-dir "$project/data" --val "${RAG_VAL:-40}" --seed 0
 train_tasks=$project/data/train.jsonl
 first_train_tasks
 val_tasks=$project/data/val.jsonl

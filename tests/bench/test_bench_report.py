@@ -7,7 +7,16 @@ from pathlib import Path
 import pytest
 
 from bench import __main__ as bench_main
-from bench.report import Row, header, not_run, render_rows, write_report
+from bench.report import (
+    PREAMBLE,
+    Row,
+    marked_sections,
+    measured_on,
+    not_run,
+    render_rows,
+    suite_section,
+    write_sections,
+)
 
 
 def test_ratios_say_which_way_is_better() -> None:
@@ -31,13 +40,93 @@ def test_a_reference_that_could_not_run_keeps_its_reason() -> None:
     assert "TRL: -" in line  # no ratio against a missing figure
 
 
-def test_report_file_has_machine_versions_and_notes(tmp_path: Path) -> None:
+def test_a_section_has_its_command_machine_versions_table_and_notes() -> None:
+    measured = measured_on("quick", {"agentlightning": "0.3.0"}, 12.4)
+    body = suite_section(
+        "store", "Store", measured, [Row("store", "spans written", "/s", 1234.5)], ["a note"]
+    )
+    assert body.startswith("## Store\n\n`python -m bench --only store`\n")
+    assert "cores" in body and "GiB RAM" in body and "Python 3." in body and "mode: quick; took 12 s" in body
+    assert "agentlightning 0.3.0" in body and "1,234 /s" in body and body.endswith("- a note\n")
+
+
+HAND_WRITTEN = """# Benchmarks
+
+Intro, by hand.
+
+<!-- bench:gateway begin (written by python -m bench; edits inside are replaced) -->
+## Gateway
+
+old gateway table
+<!-- bench:gateway end -->
+
+<!-- bench:store begin (written by python -m bench; edits inside are replaced) -->
+## Store
+
+old store table
+<!-- bench:store end -->
+
+## Fair scheduling (by hand)
+
+| | before | after |
+|---|---|---|
+| ratio | 322x - 670x | 1.8x - 2.5x |
+"""
+
+
+def test_a_run_replaces_its_sections_in_place_and_keeps_every_other(tmp_path: Path) -> None:
+    out = tmp_path / "benchmarks.md"
+    out.write_text(HAND_WRITTEN)
+    written = write_sections(out, {"store": "## Store\n\nnew store table\n"})
+    assert out.read_text() == written
+    assert written == HAND_WRITTEN.replace("old store table", "new store table")
+    # Again, with a section the file does not have yet: it goes after the last marked one.
+    written = write_sections(out, {"gateway": "## Gateway\n\nnew gateway\n", "load": "## Load\n\nload\n"})
+    assert "old gateway table" not in written and "new gateway" in written and "new store table" in written
+    assert written.index("bench:store end") < written.index("bench:load begin")
+    assert written.index("bench:load end") < written.index("## Fair scheduling (by hand)")
+    assert written.startswith("# Benchmarks\n\nIntro, by hand.\n")
+    assert written.endswith(HAND_WRITTEN[HAND_WRITTEN.index("## Fair scheduling") :])
+    assert list(marked_sections(written)) == ["gateway", "store", "load"]
+
+
+def test_a_missing_report_starts_from_the_preamble(tmp_path: Path) -> None:
     out = tmp_path / "docs" / "benchmarks.md"
-    head = header("quick", {"agentlightning": "0.3.0"})
-    body = write_report(out, head, [Row("store", "spans written", "/s", 1234.5)], ["a note"])
-    assert out.read_text() == body
-    assert "cores" in body and "GiB RAM" in body and "Python 3." in body and "mode: quick" in body
-    assert "agentlightning 0.3.0" in body and "1,234 /s" in body and "- a note" in body
+    written = write_sections(out, {"async": "## Async\n\nfigures\n"})
+    assert written.startswith(PREAMBLE)
+    assert list(marked_sections(written)) == ["async"] and "figures" in written
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [
+        "<!-- bench:store begin -->\nno end\n",
+        "<!-- bench:store end -->\n",
+        "<!-- bench:store begin -->\n<!-- bench:store begin -->\n<!-- bench:store end -->\n",
+    ],
+)
+def test_broken_markers_are_refused_and_the_file_is_left_alone(tmp_path: Path, broken: str) -> None:
+    out = tmp_path / "benchmarks.md"
+    out.write_text(broken)
+    with pytest.raises(ValueError, match="bench:store"):
+        write_sections(out, {"store": "new"})
+    assert out.read_text() == broken
+
+
+def test_the_published_report_keeps_all_but_the_rewritten_section(tmp_path: Path) -> None:
+    """docs/benchmarks.md itself: rewriting one suite section leaves every other byte where it was, the
+    hand-written sections that the README quotes included."""
+    published = (Path(__file__).resolve().parents[2] / "docs" / "benchmarks.md").read_text()
+    sections = marked_sections(published)
+    assert set(sections) >= {"gateway", "store", "async", "trainer", "load"}
+    out = tmp_path / "benchmarks.md"
+    out.write_text(published)
+    written = write_sections(out, {"store": "## Store\n\nrewritten\n"})
+    start, end = sections["store"]
+    assert written[:start] == published[:start]
+    assert written.endswith(published[end:])
+    for kept in ("Fair scheduling across rollouts", "PostgreSQL store against SQLite", "Dashboard (M11)"):
+        assert kept in written
 
 
 def test_unknown_benchmark_name_is_refused(capsys: pytest.CaptureFixture[str]) -> None:

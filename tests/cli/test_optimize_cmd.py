@@ -116,7 +116,7 @@ def _write(path: Path, text: str) -> Path:
     return path
 
 
-@pytest.mark.slow
+@pytest.mark.smollm2
 def test_smollm2_as_policy_and_optimizer(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The built-in engine serves SmolLM2 to the agent and, through the gateway, to the optimizer."""
     args = _args(tmp_path, "", "policy")

@@ -143,7 +143,7 @@ def test_non_loopback_bind_warns(tmp_path: Path, upstream: str) -> None:
     assert os.path.exists(tmp_path / ".tether" / "admin_token")
 
 
-@pytest.mark.slow
+@pytest.mark.smollm2
 def test_serve_smollm2_answers_and_records(tmp_path: Path) -> None:
     with tether_serve(tmp_path, "--model", "smollm2-135m") as served:
         llm = openai.OpenAI(base_url=served.base_url, api_key=served.api_key, max_retries=0, timeout=300)

@@ -4,20 +4,26 @@ its checkpoint instead of starting a new one, and --fresh starts over, keeping t
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import orjson
 
 from tether.cli.main import main
-from tether.store import SQLiteStore
+from tether.store import RolloutStatus, SQLiteStore
 
 AGENTS = Path(__file__).parent / "agents"
 
 
-def train_args(project: Path, steps: int) -> list[str]:
+def train_args(project: Path, steps: int, sleep: float = 0) -> list[str]:
+    """A GRPO run on the tiny model; the agent makes one call, then thinks for `sleep` seconds."""
     tasks = project / "tasks.jsonl"
-    tasks.write_text("".join(json.dumps({"id": f"t{i}", "q": f"q{i}", "sleep": 0}) + "\n" for i in range(4)))
+    lines = [json.dumps({"id": f"t{i}", "q": f"q{i}", "sleep": sleep}) + "\n" for i in range(4)]
+    tasks.write_text("".join(lines))
     return [
         "train",
         "--agent",
@@ -67,3 +73,64 @@ def test_the_same_command_resumes_and_fresh_starts_over(tmp_path: Path) -> None:
     ]
     assert train_steps(run_dir) == [1]
     assert store.list_runs() == [f"{run_dir.name}~1", run_dir.name]
+
+
+def recorded_calls(store: SQLiteStore) -> dict[tuple[str, int], list[tuple[str, str]]]:
+    """The (trace, span) ids of the gateway's spans (model calls), by rollout and attempt."""
+    calls: dict[tuple[str, int], list[tuple[str, str]]] = {}
+    for rollout in store.list_rollouts(limit=1000):
+        for span in store.query_spans(rollout_id=rollout.id, limit=1000):
+            if span.origin == "gateway":
+                calls.setdefault((rollout.id, span.attempt), []).append((span.trace_id, span.span_id))
+    return calls
+
+
+def kill_mid_step(command: list[str], store_path: Path) -> None:
+    """Start `tether train` and kill -9 it once a rollout is running with its call recorded."""
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    try:
+        while time.monotonic() < deadline and process.poll() is None:
+            time.sleep(0.2)
+            if store_path.exists() and _a_running_rollout_has_a_call(store_path):
+                break
+        assert process.poll() is None, "the run ended before it could be killed mid-step"
+    finally:
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(30)
+
+
+def _a_running_rollout_has_a_call(store_path: Path) -> bool:
+    store = SQLiteStore(store_path)
+    try:
+        running = store.list_rollouts(status=RolloutStatus.running, limit=100)
+        return any(store.query_spans(rollout_id=r.id, attempt=r.attempt_count) for r in running)
+    finally:
+        store.close()
+
+
+def test_a_train_run_killed_mid_step_and_run_again_loses_no_call(tmp_path: Path) -> None:
+    """Both starts seed the trainer's `random` alike: the calls of one must not pass for the other's."""
+    command = [sys.executable, "-m", "tether.cli.main", *train_args(tmp_path, steps=2, sleep=1.0)]
+    store_path = tmp_path / ".tether" / "store.db"
+    kill_mid_step(command, store_path)
+    store = SQLiteStore(store_path)
+    before = recorded_calls(store)
+
+    rerun = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    after = recorded_calls(store)
+    assert all(set(calls) <= set(after.get(key, [])) for key, calls in before.items())
+    finished = [
+        (rollout.id, attempt.number)
+        for rollout in store.list_rollouts(limit=1000)
+        for attempt in store.list_attempts(rollout.id)
+        if attempt.status == RolloutStatus.succeeded
+    ]
+    assert len(finished) >= 4  # at least the rerun's two steps of 2 rollouts
+    assert all(len(after.get(key, [])) == 1 for key in finished)  # the one call of each attempt
+    # and no call of the rerun took the ids of one of the killed run's
+    ids = [pair for calls in after.values() for pair in calls]
+    assert len({trace for trace, _ in ids}) == len({span for _, span in ids}) == len(ids)
+    (run_dir,) = (tmp_path / ".tether" / "runs").iterdir()
+    assert train_steps(run_dir)[-1] == 2

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -124,6 +125,37 @@ def test_live_run_curve_grows_while_watched(
         page.screenshot(path=str(artifacts / "live.png"), full_page=True)
     finally:
         log.close()
+
+
+def test_curriculum_pools_are_charted_when_the_train_records_carry_them(
+    page: Any, dashboard: Dashboard, trained: TrainedProject, artifacts: Path
+) -> None:
+    sign_in(page, dashboard, dashboard.viewer_token)
+    page.wait_for_selector("#chart canvas", timeout=WAIT_MS)
+    assert page.locator("#pools").is_hidden()  # no plotted run has a curriculum: no pool chart
+    folder = trained.runs_dir / "curriculum-run"
+    log = MetricsLog(folder)
+    pools = [(6, 0, 0, 2), (5, 1, 0, 3), (3, 2, 1, 2)]  # active, retired, parked, mixed at steps 1..3
+    for step, sizes in enumerate(pools, start=1):
+        named = dict(zip(("active", "retired", "parked", "mixed"), sizes, strict=True))
+        log.write(
+            {"kind": "train", "step": step, "reward_mean": 0.5}
+            | {f"curriculum.{k}": v for k, v in named.items()}
+        )
+    log.close()
+    try:
+        viewer = {"Authorization": f"Bearer {dashboard.viewer_token}"}
+        answer = httpx.get(f"{dashboard.url}/ui/api/runs/curriculum-run/metrics", headers=viewer).json()
+        assert [r["curriculum.retired"] for r in answer["records"]] == [0, 1, 2]
+        page.reload()
+        page.locator('#runs tr[data-run="curriculum-run"] input[type=checkbox]').check()
+        page.wait_for_selector('#pools-chart[data-points="12"] canvas', timeout=WAIT_MS)
+        legend = page.locator("#pools-chart .u-legend").inner_text()
+        assert all(f"curriculum-run {pool}" in legend for pool in ("active", "retired", "parked", "mixed"))
+        assert page.locator("#pools").is_visible()
+        page.screenshot(path=str(artifacts / "curriculum-pools.png"), full_page=True)
+    finally:
+        shutil.rmtree(folder)  # the other tests' runs page lists only their runs
 
 
 def test_invalid_token_gets_the_login_screen_not_data(

@@ -6,7 +6,7 @@ import io
 
 from rich.console import Console
 
-from tether.cli.progress import step_line, step_progress
+from tether.cli.progress import held_out_score, step_line, step_progress
 
 TRAIN = {
     "kind": "train",
@@ -47,3 +47,10 @@ def test_an_imitation_step_shows_the_demonstrations_nll_not_the_surrogate_loss()
     sft = {**TRAIN, "phase": "sft", "rollouts": 8, "train.loss": -1.0, "train.nll": 0.925}
     line = step_line(sft)
     assert "sft  8 demonstrations  nll 0.9250" in line and "loss" not in line and "reward" not in line
+
+
+def test_a_validation_line_shows_the_score_with_its_interval_when_recorded() -> None:
+    recorded = {**VAL, "val_ci_low": 0.46875, "val_ci_high": 0.78125, "val_rewards": {"t1": 1.0}}
+    assert step_line(recorded) == "step   8  held-out accuracy 0.625 (95% CI 0.469 to 0.781)"
+    assert step_line(VAL) == "step   8  held-out accuracy 0.625"  # a run from before intervals
+    assert held_out_score(None, recorded) == "-" and held_out_score(0.5) == "0.500"

@@ -15,9 +15,6 @@ from tether.store.reward_rule import rollout_reward
 from tether.trainer.metrics import read_metrics
 from tether.trainer.wandb_sink import SAMPLE_COLUMNS, wandb_key
 
-pytestmark = pytest.mark.slow
-
-
 BLOCK = 32 * 1024  # the .wandb file is a LevelDB-style log: 32 KiB blocks of checksummed chunks
 HEADER = 7  # ":W&B", magic, version; then each chunk: crc32 (4), length (2, little-endian), type (1)
 FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4

@@ -6,6 +6,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
+import shlex
 import subprocess
 import sys
 from collections.abc import Iterator, Mapping
@@ -133,3 +135,22 @@ def scripted_upstream(*turns: Turn) -> Iterator[ScriptedUpstream]:
     with serve_app(create_scripted_upstream(script)) as url:
         options = ("--upstream", f"{url}/v1", "--upstream-model", "scripted", "--upstream-token-ids")
         yield ScriptedUpstream(script, options)
+
+
+TASKS_COMMAND = re.compile(r"^[ \t]*python (examples/\w+/tasks\.py(?:[^\n]*\\\n)*[^\n]*)$", re.MULTILINE)
+
+
+def script_task_files(script: Path, out_dir: Path) -> tuple[Path, Path]:
+    """Run the `python examples/X/tasks.py ...` command of a pipeline or demo script as it stands there
+    (the first one without --spider; `${VAR:-default}` sizes at their defaults), writing to `out_dir`;
+    returns its train and val files."""
+    for match in TASKS_COMMAND.finditer(script.read_text()):
+        text = re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", match.group(1).replace("\\\n", " "))
+        args = shlex.split(text)
+        if "--spider" not in args:
+            break
+    else:
+        raise AssertionError(f"{script}: no tasks.py command")
+    args[args.index("--out-dir") + 1] = str(out_dir)
+    subprocess.run([sys.executable, *args], cwd=ROOT, check=True, capture_output=True, timeout=300)
+    return out_dir / "train.jsonl", out_dir / "val.jsonl"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.examples.support import Example, run_rollouts, scripted_upstream
+from tests.examples.support import Example, run_rollouts, script_task_files, scripted_upstream
 from tests.integration.scripted_upstream import call_tool, say
 from tether.runner.tasks import load_tasks
 
@@ -124,6 +124,32 @@ def test_tasks_script_writes_reproducible_gsm8k_task_files(tmp_path: Path) -> No
         t.id.startswith("gsm8k-test-") for t in val
     )
     assert all(isinstance(t.input["answer"], int | float) and t.input["question"] for t in train + val)
+
+
+def test_the_pipelines_held_out_problems_are_held_out_by_content(tmp_path: Path) -> None:
+    """The split `pipeline.sh` writes: at least 100 held-out GSM8K test problems and 300 train ones, no
+    question on both sides, and no train question a near-duplicate of a held-out one (the same words
+    with other names and numbers)."""
+    tasks = load("tasks")
+    train_file, val_file = script_task_files(EXAMPLE / "pipeline.sh", tmp_path / "data")
+    train, val = load_tasks(train_file), load_tasks(val_file)
+    assert len(val) >= 100 and len(train) >= 300
+    assert all(1 <= len(t.input["calculations"]) <= 2 for t in train + val)
+    assert {t.input["question"].lower() for t in train}.isdisjoint(t.input["question"].lower() for t in val)
+    held = [tasks.words(t.input["question"]) for t in val]
+    closest = max(tasks.overlap(tasks.words(t.input["question"]), other) for t in train for other in held)
+    assert closest < tasks.NEAR_DUPLICATE
+
+
+def test_near_duplicates_of_held_out_problems_are_left_out_of_train() -> None:
+    tasks = load("tasks")
+    held = [{"question": "A bus covers 150 km in 3 hours. At that pace, how many hours do 250 more km take?"}]
+    pool = [
+        {"question": "A bus covers 90 km in 3 hours. At that pace, how many hours do 60 more km take?"},
+        {"question": "Ana has 5 apples and buys 3 more. How many apples does she have?"},
+    ]
+    assert tasks.overlap(tasks.words(pool[0]["question"]), tasks.words(held[0]["question"])) >= 0.7
+    assert tasks.unlike(pool, held) == pool[1:]
 
 
 def test_a_gsm8k_row_becomes_a_task_with_its_number_and_calculations() -> None:

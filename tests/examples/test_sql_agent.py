@@ -4,6 +4,7 @@ loader, and the real LangGraph agent driven by `tether rollout` against the buil
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 import subprocess
 import sys
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.examples.support import Example, run_rollouts
+from tests.examples.support import Example, run_rollouts, script_task_files
 from tether.runner.tasks import load_tasks
 
 SQL = Example("sql_agent")
@@ -104,6 +105,45 @@ def test_task_files_split_every_level_and_load_as_tether_tasks(
     assert [t.id for t in loaded] == [t["id"] for t in val]
     assert loaded[0].input["db"] == str(chinook_db.resolve())
     assert set(loaded[0].input) >= {"question", "gold_sql", "db"}
+
+
+def normalised(text: str) -> str:
+    return " ".join(re.findall(r"\w+|[^\w\s]", text.lower()))
+
+
+def test_the_pipelines_held_out_questions_are_held_out_by_content(chinook_db: Path, tmp_path: Path) -> None:
+    """The split `pipeline.sh` writes: at least 40 held-out easy/medium questions and 60 training ones, no
+    question or gold query on both sides, and no training question's gold query a right answer to a
+    held-out one (its rows are not the held-out gold's rows)."""
+    reward = load("reward")
+    train_file, val_file = script_task_files(EXAMPLE / "pipeline.sh", tmp_path / "data")
+    train, val = load_tasks(train_file), load_tasks(val_file)
+    assert len(val) >= 40 and len(train) >= 60
+    assert {t.input["difficulty"] for t in val} == {"easy", "medium"}
+    assert len({t.input["difficulty"] for t in val[:20]}) == 2  # mixed, so the first N are a fair sample
+    assert {t.id for t in train}.isdisjoint(t.id for t in val)
+    assert {normalised(t.input["question"]) for t in train}.isdisjoint(
+        normalised(t.input["question"]) for t in val
+    )
+    assert {normalised(t.input["gold_sql"]) for t in train}.isdisjoint(
+        normalised(t.input["gold_sql"]) for t in val
+    )
+    rows = {t.id: reward.execute(str(chinook_db), t.input["gold_sql"]) for t in [*train, *val]}
+    for held in val:
+        ordered = reward.ORDER_BY.search(held.input["gold_sql"]) is not None
+        answered = [t.id for t in train if reward.same_result(rows[t.id], rows[held.id], ordered)]
+        assert answered == [], (held.id, answered)
+
+
+def test_a_held_out_question_whose_answer_a_training_query_gives_moves_to_train() -> None:
+    tasks = load("tasks")
+    questions = [{"id": f"q{i}", "difficulty": "easy"} for i in range(10)]
+    answers = {f"q{i}": i % 5 for i in range(10)}  # q0 and q5 share an answer, q1 and q6, ...
+    train, val = tasks.split(questions, 0.5, seed=0, answers=answers)
+    assert len(train) + len(val) == 10
+    assert {answers[t["id"]] for t in train}.isdisjoint(answers[t["id"]] for t in val)
+    train, val = tasks.split([*questions, {"id": "h", "difficulty": "hard"}], 0.5, 0, val_levels={"easy"})
+    assert "h" in {t["id"] for t in train} and len(val) == 5  # a level not held out goes to train whole
 
 
 # --- the reward ---------------------------------------------------------------------------------------

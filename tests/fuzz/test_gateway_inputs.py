@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests.rigs import GatewayRig
@@ -44,8 +44,10 @@ def assert_client_error(error: GatewayError) -> None:
     assert error.message and error.body()["error"]["type"]
 
 
+# Random bodies are rarely valid in every key: the examples make sure valid ones are checked too.
 @SETTINGS
 @given(body=sampling_bodies, prompt_len=st.integers(0, 5000), context=st.integers(1, 4096))
+@example(body={"seed": 7, "temperature": 0.5, "max_tokens": 3}, prompt_len=2, context=10)
 def test_sampling_params_are_valid_or_a_4xx(body: dict[str, Any], prompt_len: int, context: int) -> None:
     try:
         params = sampling_params(body, prompt_len, context)
@@ -57,8 +59,9 @@ def test_sampling_params_are_valid_or_a_4xx(body: dict[str, Any], prompt_len: in
     assert 0.0 <= params.temperature <= 2.0 and 0.0 <= params.top_p <= 1.0
     assert not math.isnan(params.temperature) and not math.isnan(params.top_p)
     assert all(isinstance(stop, str) for stop in params.stop)
-    # The engine seeds a 64-bit generator with seed + choice index.
-    assert params.seed is None or -INT64 <= params.seed < INT64
+    # The agent's seed, unchanged (none: None); the engine seeds a 64-bit generator with seed + choice index.
+    assert params.seed == body.get("seed")
+    assert -INT64 <= (params.seed or 0) < INT64
 
 
 @SETTINGS
@@ -78,14 +81,19 @@ def test_body_parsing_gives_an_object_or_a_400(raw: bytes) -> None:
         st.sampled_from(["value", "reward", "name", "span_id", "event_type", "data"]), json_values
     )
 )
+@example(event={"event_type": "reward", "data": {"value": -2, "name": "style", "span_id": "s1"}})
+@example(event={"reward": 0.5})
 def test_reward_events_are_parsed_or_a_400(event: dict[str, Any]) -> None:
     try:
         value, name, span_id = reward_from_event(event)
     except GatewayError as error:
         assert error.status == 400
         return
-    assert math.isfinite(value) or math.isinf(value)
-    assert isinstance(name, str) and name and (span_id is None or isinstance(span_id, str))
+    # What was sent: the event's own fields, or its `data` when it is a reward event.
+    nested = event.get("data")
+    sent = nested if event.get("event_type") == "reward" and isinstance(nested, dict) else event
+    assert not math.isnan(value) and value == float(sent.get("value", sent.get("reward")))
+    assert name == sent.get("name", "reward") and span_id == sent.get("span_id")
 
 
 content = (
@@ -172,6 +180,10 @@ def session(engine_rig: GatewayRig) -> tuple[GatewayRig, str, str]:
 
 @settings(SETTINGS, max_examples=40)
 @given(body=call_bodies)
+@example(
+    body={"model": "policy", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}], "stream": True}
+)
+@example(body={"model": "policy", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]})
 def test_chat_calls_never_answer_5xx(session: tuple[GatewayRig, str, str], body: dict[str, Any]) -> None:
     _, base_url, key = session
     headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
@@ -181,8 +193,19 @@ def test_chat_calls_never_answer_5xx(session: tuple[GatewayRig, str, str], body:
     assert response.status_code < 500, response.text
     if response.status_code >= 400:
         assert response.json()["error"]["message"]
-    elif "text/event-stream" in response.headers.get("content-type", ""):
-        assert response.text.rstrip().endswith("data: [DONE]") or '"error"' in response.text
+        return
+    streamed = "text/event-stream" in response.headers.get("content-type", "")
+    assert streamed == bool(body.get("stream"))
+    if not streamed:
+        assert response.json()["choices"]
+        return
+    # Chunks, then `[DONE]` once the call is recorded, or an error event as the last word.
+    *chunks, last = [line[6:] for line in response.text.splitlines() if line.startswith("data: ")]
+    assert all("error" not in json.loads(chunk) for chunk in chunks)
+    if last == "[DONE]":
+        assert chunks
+    else:
+        assert json.loads(last)["error"]["message"]
 
 
 def test_overflowing_seed_fails_only_its_own_call(tiny_engine: object) -> None:

@@ -12,7 +12,9 @@ import pytest
 import torch
 
 from tests.rigs import GatewayRig, make_engine_rig
+from tether.engines.sampling import processed_logprobs
 from tether.engines.transformers_engine import TransformersEngine
+from tether.sampling import RAW, Sampler
 
 MESSAGES = [{"role": "user", "content": "Count to five."}]
 
@@ -21,11 +23,13 @@ def client(base_url: str, api_key: str) -> openai.OpenAI:
     return openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=0)
 
 
-def forward_logprobs(engine, prompt_ids: list[int], response_ids: list[int]) -> list[float]:  # noqa: ANN001
+def forward_logprobs(  # noqa: ANN001
+    engine, prompt_ids: list[int], response_ids: list[int], sampler: Sampler = RAW
+) -> list[float]:
     ids = torch.tensor([prompt_ids + response_ids])
     with torch.no_grad():
         logits = engine.model(ids).logits[0].float()
-    logprobs = torch.log_softmax(logits, dim=-1)
+    logprobs = processed_logprobs(logits, sampler)
     start = len(prompt_ids)
     return [logprobs[start - 1 + i, token].item() for i, token in enumerate(response_ids)]
 
@@ -38,20 +42,40 @@ def test_recorded_ids_decode_to_text_and_logprobs_match_forward_pass(
 ) -> None:
     rollout_id, base_url, key = engine_rig.session()
     result = client(base_url, key).chat.completions.create(
-        model="anything", messages=MESSAGES, max_tokens=12, temperature=1.2, top_p=0.9, seed=3, stream=stream
+        model="anything",
+        messages=MESSAGES,
+        max_tokens=12,
+        temperature=1.2,
+        top_p=0.9,
+        seed=3,
+        stream=stream,
+        logprobs=True,
     )
     if stream:
-        text = "".join(chunk.choices[0].delta.content or "" for chunk in result if chunk.choices)
+        chunks = [chunk for chunk in result if chunk.choices]
+        text = "".join(chunk.choices[0].delta.content or "" for chunk in chunks)
+        returned = [
+            item.logprob for c in chunks if c.choices[0].logprobs for item in c.choices[0].logprobs.content
+        ]
     else:
         text = result.choices[0].message.content
+        returned = [item.logprob for item in result.choices[0].logprobs.content]
     span = engine_rig.store.query_spans(rollout_id=rollout_id)[0]
     choice = span.attributes["choices"][0]
     assert choice["text"] == text
     # the decoded ids are the text, plus the end-of-sequence token when generation stopped on it
     assert tiny_engine.decode(choice["token_ids"]).startswith(text)
     assert span.attributes["prompt_token_ids"] == tiny_engine.chat_prompt_ids(MESSAGES)
-    expected = forward_logprobs(tiny_engine, span.attributes["prompt_token_ids"], choice["token_ids"])
+    # The logprobs are under the distribution the tokens were drawn from (temperature 1.2, top-p 0.9),
+    # recorded with that sampler, and the agent is given the same numbers the span holds.
+    sampler = Sampler.from_attr(span.attributes["sampling"])
+    assert sampler == Sampler(temperature=1.2, top_p=0.9)
+    expected = forward_logprobs(
+        tiny_engine, span.attributes["prompt_token_ids"], choice["token_ids"], sampler
+    )
     assert choice["logprobs"] == pytest.approx(expected, abs=1e-4)
+    assert returned == pytest.approx(choice["logprobs"][: len(returned)], abs=1e-6)
+    assert len(returned) >= len(choice["logprobs"]) - 1  # every token but a final end-of-sequence
     assert span.attributes["policy_version"] == tiny_engine.policy_version
 
 

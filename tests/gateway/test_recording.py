@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import random
+
 import httpx
 import openai
 import pytest
 
 from tests.gateway.fake_upstream import LOGPROBS, PROMPT_IDS, TOKEN_IDS, WORDS
 from tests.rigs import GatewayRig, make_rig
+from tether.store import RolloutRequest, RolloutStatus, Task
 
 MESSAGES = [{"role": "user", "content": "What is six times seven?"}]
 
@@ -133,6 +136,27 @@ def test_calls_are_attributed_to_their_own_rollout(rig: GatewayRig) -> None:
         client(second_url, second_key).chat.completions.create(model="policy", messages=MESSAGES)
     assert len(rig.store.query_spans(rollout_id=first)) == 1
     assert len(rig.store.query_spans(rollout_id=second)) == 2
+
+
+def test_a_retried_attempt_keeps_its_calls_whatever_the_process_seeded(rig: GatewayRig) -> None:
+    """Span ids come from the OS, not the process-global `random` the trainer seeds: a restarted run that
+    seeds it again would repeat the ids, and the store would drop the retried attempt's calls as copies."""
+    (rollout,) = rig.store.enqueue([RolloutRequest(task=Task(input={"q": 1}), max_attempts=2)])
+    saved = random.getstate()
+    try:
+        for attempt in (1, 2):
+            assert rig.store.claim("worker") is not None
+            creds = rig.gateway.credentials(rollout.id)
+            random.seed(0)  # as each start of `tether train` does
+            client(creds["base_url"], creds["api_key"]).chat.completions.create(
+                model="policy", messages=MESSAGES
+            )
+            rig.store.update_status(rollout.id, RolloutStatus.failed, attempt=attempt)
+    finally:
+        random.setstate(saved)
+    spans = rig.store.query_spans(rollout_id=rollout.id)
+    assert sorted(span.attempt for span in spans) == [1, 2]
+    assert len({(span.trace_id, span.span_id) for span in spans}) == 2
 
 
 def test_models_lists_routes(rig: GatewayRig) -> None:

@@ -19,7 +19,6 @@ from tether.policy_server.vllm import VLLMPolicyServer
 from tether.ray.cluster import RaySettings, connect
 from tether.ray.replicas import ReplicaSet
 
-pytestmark = pytest.mark.slow
 MESSAGES = [{"role": "user", "content": "Name a color."}]
 GREEDY = {"temperature": 0.0, "max_tokens": 12, "seed": 1}
 

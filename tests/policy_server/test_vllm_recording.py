@@ -10,7 +10,6 @@ from tests.policy_server.conftest import direct
 from tests.rigs import GatewayRig
 from tether.policy_server.vllm import VLLMPolicyServer
 
-pytestmark = pytest.mark.slow
 MESSAGES = [{"role": "user", "content": "What is 12 plus 30? Answer with the number."}]
 GREEDY = {"temperature": 0.0, "max_tokens": 16, "seed": 1}
 

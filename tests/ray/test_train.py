@@ -17,6 +17,7 @@ import psutil
 import pytest
 import torch
 from ray.cluster_utils import Cluster
+from safetensors.torch import load_file
 
 from tether.cli.main import main
 from tether.contracts import CallAttr
@@ -136,10 +137,20 @@ def test_a_dead_learner_rank_fails_in_one_line_and_resume_continues(
 
     done = torch.load(checkpoint, map_location="cpu", weights_only=True)["step"]
     assert 1 <= done < 3
+    folder = checkpoint.parent
+    history = json.loads((folder / "extra.json").read_text())["history"]
+    stopped_policy = load_file(folder / "policy" / "adapter_model.safetensors")
     assert main([*args, "--resume"]) == 0
-    records = [
-        orjson.loads(line)
-        for line in checkpoint.parent.parent.joinpath("metrics.jsonl").read_bytes().splitlines()
-    ]
-    steps = [r["step"] for r in records if r["kind"] == "train"]
-    assert steps[-1] == 3 and set(range(1, 4)) <= set(steps)
+    run_dir = folder.parent
+    records = [orjson.loads(line) for line in (run_dir / "metrics.jsonl").read_bytes().splitlines()]
+    train = [r for r in records if r["kind"] == "train"]
+    # The resumed run took up where the checkpoint was: steps up to it kept as they were, not run again...
+    assert [r["step"] for r in train] == [1, 2, 3] and train[:done] == history
+    # ...serving the checkpoint's weights (version `done`, saved again from the restored learner)...
+    resumed_policy = load_file(run_dir / "policies" / f"v{done}" / "adapter_model.safetensors")
+    assert stopped_policy.keys() == resumed_policy.keys()
+    assert all(torch.equal(stopped_policy[name], resumed_policy[name]) for name in stopped_policy)
+    # ...and on from its optimizer state: AdamW counts every step of the run, not just the resumed ones.
+    final = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    assert final["step"] == 3
+    assert {int(param["step"]) for param in final["optimizer"]["state"].values()} == {3}

@@ -3,17 +3,28 @@ training data. Attacks against the real gateway and store API on loopback, each 
 
 from __future__ import annotations
 
+import asyncio
+import json
+import sys
 import time
+from pathlib import Path
 
 import httpx
 import openai
+import pytest
 
 from tests.rigs import GatewayRig
+from tests.security.agents.verdict import exact
 from tether.adapters import build_transitions
+from tether.cli.main import main
 from tether.contracts import Meta, Origin
-from tether.runner.driver import read_outcome
-from tether.store import RolloutRequest, RolloutStatus, Task
-from tether.store.models import Reward
+from tether.runner import AgentEndpoints, CommandAgent, Runner, RunnerConfig
+from tether.runner.driver import RolloutOutcome, read_outcome
+from tether.store import RolloutRequest, RolloutStatus, SQLiteStore, Store, Task
+from tether.store.models import Reward, Rollout
+
+AGENTS = Path(__file__).parent / "agents"
+FORGER = f"{sys.executable} {AGENTS / 'forger.py'}"  # one call, then posts 1000 "from the evaluator"
 
 
 def live_rollout(rig: GatewayRig, *, agent_rewards: bool) -> tuple[str, str, str]:
@@ -55,6 +66,72 @@ def test_a_forged_evaluator_reward_is_stored_as_the_agents_and_does_not_count(ri
     assert read_outcome(rig.store, rig.store.get_rollout(rollout_id)).reward == 0.0
     (transition,) = build_transitions(rig.store, [rollout_id]).transitions
     assert transition.reward == 0.0
+
+
+# The forger answers "0" to the first (the evaluator says 0.0) and "zero" to the second, which makes the
+# evaluator raise: that rollout fails with no reward of the evaluator's, and still its forgery must not count.
+FORGER_TASKS = [
+    Task(id="scored", input={"q": "grade yourself", "say": "0", "answer": 1}),
+    Task(id="unscored", input={"q": "break the grader", "say": "zero", "answer": 0}),
+]
+
+
+def assert_the_forgeries_do_not_count(store: Store, rollouts: list[Rollout]) -> None:
+    """Both of the forger's rewards are stored as the agent's, at server time; the rollout's reward is the
+    evaluator's 0.0, in its outcome and its transition, or none where the evaluator gave none."""
+    scored, unscored = sorted(rollouts, key=lambda r: r.task_id != "scored")
+    for rollout in (scored, unscored):
+        forged = [r for r in store.query_rewards(rollout.id) if r.value == 1000.0]
+        assert len(forged) == 2 and all(r.source == Origin.AGENT and r.time < 4e9 for r in forged)
+    assert scored.status == RolloutStatus.succeeded and read_outcome(store, scored).reward == 0.0
+    (transition,) = build_transitions(store, [scored.id]).transitions
+    assert transition.reward == 0.0
+    assert unscored.status == RolloutStatus.failed and "evaluator failed" in str(unscored.error)
+    assert read_outcome(store, unscored).reward is None
+
+
+def test_through_the_runner_an_agents_forged_reward_does_not_count(rig: GatewayRig) -> None:
+    runner = Runner(
+        rig.store,
+        CommandAgent(FORGER),
+        AgentEndpoints(rig.url, rig.auth),
+        exact,
+        RunnerConfig(n_workers=2, timeout_s=60),  # agent_rewards left to its default
+    )
+
+    async def run() -> list[RolloutOutcome]:
+        try:
+            return await runner.run([RolloutRequest(task=task) for task in FORGER_TASKS])
+        finally:
+            await runner.stop()
+
+    outcomes = asyncio.run(run())
+    assert_the_forgeries_do_not_count(rig.store, [rig.store.get_rollout(o.rollout_id) for o in outcomes])
+
+
+def test_tether_rollout_with_an_evaluator_ignores_the_agents_forged_reward(
+    tmp_path: Path, upstream_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("".join(json.dumps({"id": t.id, **t.input}) + "\n" for t in FORGER_TASKS))
+    project = ["--project-dir", str(tmp_path)]
+    rollout = [
+        "rollout",
+        "--agent",
+        FORGER,
+        "--tasks",
+        str(tasks),
+        "--reward",
+        f"{AGENTS / 'verdict.py'}:exact",
+    ]
+    assert main([*rollout, "--upstream", upstream_url, "--upstream-token-ids", *project]) == 0
+    store = SQLiteStore(tmp_path / ".tether" / "store.db")
+    assert_the_forgeries_do_not_count(store, store.list_rollouts(limit=10))
+    store.close()
+    capsys.readouterr()
+    assert main(["store", *project, "rollouts", "--json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert {row["task_id"]: row["reward"] for row in rows} == {"scored": 0.0, "unscored": None}
 
 
 def test_without_an_evaluator_the_agents_own_reward_counts_but_its_claimed_time_does_not(

@@ -11,6 +11,7 @@ import os
 import shutil
 import stat
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -22,14 +23,15 @@ from tether.store import SQLiteStore
 LLM_STUB = LLM(base_url="http://127.0.0.1:9/v1", api_key="tro-none")
 PROBE = """
 import json, os, sys
-secret = sys.argv[1]
-try:
-    open(secret).read()
-    readable = True
-except OSError as exc:
-    readable = type(exc).__name__
+def readable(path):
+    try:
+        open(path).read()
+        return True
+    except OSError as exc:
+        return type(exc).__name__
 print(json.dumps({"cwd": os.getcwd(), "env": sorted(k for k in os.environ if k.startswith("TETHER")),
-                  "secret": readable, "relative": os.path.exists(".tether/secret"), "uid": os.getuid()}))
+                  "secret": readable(sys.argv[1]), "others": [readable(path) for path in sys.argv[2:]],
+                  "relative": os.path.exists(".tether/secret"), "uid": os.getuid()}))
 """
 
 
@@ -83,17 +85,27 @@ SYSTEM_PYTHON = shutil.which("python3", path="/usr/bin")
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or SYSTEM_PYTHON is None, reason="needs root and /usr/bin/python3")
-def test_an_agent_run_as_another_user_cannot_read_the_secret(tmp_path: Path) -> None:
-    project = Project.at(tmp_path)
-    project.authority()
-    script = Path("/tmp") / f"tether-probe-{os.getpid()}.py"
-    script.write_text(PROBE)
-    script.chmod(0o644)
+def test_an_agent_run_as_another_user_cannot_read_the_secret() -> None:
+    # The project sits where the other user can walk to its state directory, opened up here, and read a
+    # file beside the secret: what keeps the secret from it is the secret file's own mode.
+    root = Path(tempfile.mkdtemp(prefix="tether-isolation-", dir="/tmp"))
     try:
-        seen = probe(CommandAgent(f"/usr/bin/python3 {script} {project.secret_path}", user="nobody"))
+        project = Project.at(root)
+        project.authority()
+        root.chmod(0o755)
+        project.state_dir.chmod(0o755)
+        beside = project.state_dir / "public"
+        beside.write_text("anyone")
+        beside.chmod(0o644)
+        script = root / "probe.py"
+        script.write_text(PROBE)
+        script.chmod(0o644)
+        agent = CommandAgent(f"/usr/bin/python3 {script} {project.secret_path} {beside}", user="nobody")
+        seen = probe(agent)
     finally:
-        script.unlink()
+        shutil.rmtree(root)
     assert seen["uid"] != 0
+    assert seen["others"] == [True]
     assert seen["secret"] == "PermissionError"
 
 

@@ -35,7 +35,18 @@ def test_the_default_is_the_environment_then_the_project_file(
     open_store(options=StoreOptions(project_dir=tmp_path)).close()
     assert (tmp_path / ".tether" / "store.db").is_file()
     monkeypatch.setenv("TETHER_STORE", "memory:")
-    assert isinstance(open_store(options=StoreOptions(project_dir=tmp_path)), SQLiteStore)
+    memory = open_store(options=StoreOptions(project_dir=tmp_path))
+    assert isinstance(memory, SQLiteStore) and memory.path == ":memory:"
+    (rollout,) = memory.enqueue([RolloutRequest(task=Task(id="scratch"))])
+    # nothing reaches the project file, and another memory store is empty
+    for other in (
+        SQLiteStore(tmp_path / ".tether" / "store.db"),
+        open_store(options=StoreOptions(project_dir=tmp_path)),
+    ):
+        assert other.list_rollouts(limit=10) == []
+        other.close()
+    assert memory.get_rollout(rollout.id).task_id == "scratch"
+    memory.close()
 
 
 def test_http_urls_open_a_client_of_a_running_server(tmp_path: Path) -> None:

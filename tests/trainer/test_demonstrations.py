@@ -208,9 +208,11 @@ def test_train_from_run_imitates_the_demonstrations(project: Path, tiny_path: Pa
             "--from-run",
             "teach",
             "--steps",
-            "2",
+            "3",
             "--sft-batch",
-            "2",
+            "3",  # every step imitates all three demonstrations: its NLL is on the same tokens
+            "--lr",
+            "1e-2",
             "--run",
             "imitate",
         ),
@@ -218,8 +220,10 @@ def test_train_from_run_imitates_the_demonstrations(project: Path, tiny_path: Pa
     assert done.returncode == 0, done.stderr[-3000:]
     lines = (Project.at(project).state_dir / "runs" / "imitate" / "metrics.jsonl").read_text().splitlines()
     updates = [r for r in map(json.loads, lines) if r["kind"] == "train"]
-    assert [r["phase"] for r in updates] == ["sft", "sft"]
-    assert all(r["samples"] == 2 and r["train.nll"] > 0 for r in updates)
+    assert [r["phase"] for r in updates] == ["sft"] * 3
+    assert all(r["samples"] == 3 for r in updates)
+    nll = [r["train.nll"] for r in updates]  # each measured before its step's update
+    assert nll[0] > nll[1] > nll[2] > 0, nll
 
 
 def train_args(folder: Path, model: Path) -> list[str]:

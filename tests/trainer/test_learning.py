@@ -37,16 +37,21 @@ def correct(task: dict, output: str | None) -> float:
     return float(output == str(task["answer"]))
 
 
-def sums(count: int, seed: int) -> list[Task]:
-    rng = random.Random(seed)
-    tasks = []
-    for i in range(count):
-        a, b = rng.randint(1, 9), rng.randint(1, 9)
-        tasks.append(Task(id=f"sum{seed}-{i}", input={"question": f"What is {a} + {b}?", "answer": a + b}))
-    return tasks
+def sums(pairs: list[tuple[int, int]], name: str) -> list[Task]:
+    return [
+        Task(id=f"{name}-{i}", input={"question": f"What is {a} + {b}?", "answer": a + b})
+        for i, (a, b) in enumerate(pairs)
+    ]
 
 
-@pytest.mark.slow
+def split_sums(train: int, val: int, seed: int) -> tuple[list[Task], list[Task]]:
+    """Train and held-out sums of two digits from 1 to 9, no question in both."""
+    pairs = [(a, b) for a in range(1, 10) for b in range(1, 10)]
+    random.Random(seed).shuffle(pairs)
+    return sums(pairs[val : val + train], "train"), sums(pairs[:val], "val")
+
+
+@pytest.mark.smollm2
 def test_grpo_raises_smollm2_accuracy_on_sums(tmp_path: Path) -> None:
     config = TrainerConfig(
         model="smollm2-135m",
@@ -61,7 +66,10 @@ def test_grpo_raises_smollm2_accuracy_on_sums(tmp_path: Path) -> None:
         policy=TrainConfig(model="smollm2-135m", lr=2e-4, seed=0),
     )
     trainer = Trainer(config, tmp_path / "run", SQLiteStore(tmp_path / "store.db"), TokenAuthority.generate())
-    result = trainer.fit(CallableAgent(sum_agent), sums(40, seed=1), sums(24, seed=2), correct)
+    train, val = split_sums(40, 24, seed=1)
+    asked = {task.input["question"] for task in train}
+    assert len(val) == 24 and not asked & {task.input["question"] for task in val}
+    result = trainer.fit(CallableAgent(sum_agent), train, val, correct)
     print(f"held-out accuracy {result.val_before} -> {result.val_after}")
     assert result.val_before is not None and result.val_after is not None
     assert result.val_after > result.val_before, result.history

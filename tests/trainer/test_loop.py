@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import copy
+import shutil
 from pathlib import Path
+from typing import Any
 
 import openai
 import orjson
 import pytest
+import torch
 
 from tether.auth import TokenAuthority
 from tether.runner import CallableAgent
 from tether.store import SQLiteStore, Task
 from tether.trainer.loop import TaskCursor, Trainer, TrainerConfig
-from tether.trainer.policy import TrainConfig
+from tether.trainer.policy import PolicyTrainer, TrainConfig
 
 
 async def chatty_agent(task: dict, llm) -> str:  # noqa: ANN001
@@ -82,12 +86,83 @@ def test_sync_training_updates_serves_and_logs(tmp_path: Path) -> None:
     assert served == [f"v{r['policy_version_after']}" for r in updated]
 
 
+def length_reward(task: dict, output: str | None) -> float:
+    """Random answers differ in length: every group has reward variance, so every step updates."""
+    return float(len(output or ""))
+
+
+def learner_state(learner: PolicyTrainer) -> dict[str, Any]:
+    """What a resume must bring back of the learner: weights, optimizer, schedule and its step count."""
+    return copy.deepcopy(
+        {
+            "weights": learner.trainable(),
+            "optimizer": learner.optimizer.state_dict(),
+            "scheduler": learner.scheduler.state_dict(),
+            "step_count": learner.step_count,
+        }
+    )
+
+
+def assert_same(actual: Any, expected: Any, where: str = "state") -> None:
+    if isinstance(expected, torch.Tensor):
+        assert isinstance(actual, torch.Tensor) and torch.equal(actual, expected), where
+    elif isinstance(expected, dict):
+        assert isinstance(actual, dict) and set(actual) == set(expected), where
+        for key in expected:
+            assert_same(actual[key], expected[key], f"{where}.{key}")
+    elif isinstance(expected, list | tuple):
+        assert isinstance(actual, list | tuple) and len(actual) == len(expected), where
+        for index, (left, right) in enumerate(zip(actual, expected, strict=True)):
+            assert_same(left, right, f"{where}[{index}]")
+    else:
+        assert actual == expected, where
+
+
+def train_rollouts(trainer: Trainer) -> list[tuple[int, str]]:
+    """(step, task) of every training rollout in the trainer's store."""
+    rollouts = trainer.store.list_rollouts(limit=1000)
+    return sorted((r.metadata["step"], r.task_id) for r in rollouts if r.mode == "train")
+
+
 def test_resume_continues_from_the_checkpoint(tmp_path: Path) -> None:
-    make_trainer(tmp_path, steps=1).fit(CallableAgent(chatty_agent), TASKS, [], even_length)
-    resumed = make_trainer(tmp_path, steps=2)
-    result = resumed.fit(CallableAgent(chatty_agent), TASKS, [], even_length, resume=True)
+    """A run stopped at step 1's checkpoint and resumed is where the uninterrupted run was after step 1
+    (weights, optimizer, step) and its step 2 takes the same tasks."""
+    straight = make_trainer(tmp_path / "straight", tasks_per_step=3)
+    straight.learner = straight_learner = PolicyTrainer(straight.config.policy)
+    stopped = tmp_path / "stopped"
+    after_step_1: dict[str, Any] = {}
+
+    def watch(record: dict[str, Any]) -> None:
+        if record["kind"] == "train" and record["step"] == 1:
+            after_step_1.update(learner_state(straight_learner))
+        if record["kind"] == "train" and record["step"] == 2:  # step 1's checkpoint is still on disk
+            shutil.copytree(straight.run_dir / "checkpoint", stopped / "run" / "checkpoint")
+
+    straight.on_step = watch
+    straight.fit(CallableAgent(chatty_agent), TASKS, [], length_reward)
+    assert "train.loss" in straight.history[0] and after_step_1["step_count"] == 1
+
+    resumed = make_trainer(stopped, tasks_per_step=3)
+    resumed.learner = resumed_learner = PolicyTrainer(resumed.config.policy)
+    on_resume: dict[str, Any] = {}
+
+    async def agent(task: dict, llm) -> str:  # noqa: ANN001
+        if not on_resume:  # the first rollout after the restore, before any update
+            on_resume.update(learner_state(resumed_learner))
+        return await chatty_agent(task, llm)
+
+    result = resumed.fit(CallableAgent(agent), TASKS, [], length_reward, resume=True)
+    assert_same(on_resume, after_step_1)
     assert result.steps == 2
     assert [r["step"] for r in result.history if r["kind"] == "train"] == [1, 2]
+    assert result.history[0] == straight.history[0]  # step 1 was not run again
+    # only step 2 ran, on the tasks the uninterrupted run's step 2 had, served by version 1
+    step_2 = [row for row in train_rollouts(straight) if row[0] == 1]
+    assert train_rollouts(resumed) == step_2
+    spans = [
+        s for r in resumed.store.list_rollouts(limit=100) for s in resumed.store.query_spans(rollout_id=r.id)
+    ]
+    assert {s.attributes["policy_version"] for s in spans} == {1}
 
 
 def test_async_training_loses_no_call_and_labels_versions(tmp_path: Path) -> None:

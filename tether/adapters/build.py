@@ -24,7 +24,8 @@ Merging (`merge=True`): consecutive selected calls of one attempt and one agent 
 the next call's prompt starts with exactly the sequence so far (prompt + every response token). The extra
 prompt tokens (tool output, the next user turn, chat-template tokens) join the response with loss mask 0
 and logprob 0.0. A failed call does not break a chain (the agent usually retries the same prompt); any
-other call that cannot extend it does, counted in `merge_breaks` by reason. A merged transition's
+other call that cannot extend it does, counted in `merge_breaks` by reason (a call sampled with other
+parameters too: a transition is scored under one distribution). A merged transition's
 `policy_version` is the lowest version among its calls (the most off-policy one), ignoring unknown ones.
 """
 
@@ -45,6 +46,7 @@ from tether.contracts import (
     SpanStatus,
     is_call_span,
 )
+from tether.sampling import Sampler
 from tether.store.base import Store
 from tether.store.models import Reward, Rollout, Span
 from tether.store.reward_rule import agent_rewards_count, final_reward
@@ -103,6 +105,7 @@ class _Call:
     prompt_ids: list[int]
     response_ids: list[int]
     logprobs: list[float]
+    sampler: Sampler
 
 
 @dataclass
@@ -133,6 +136,8 @@ class _Chain:
             return "agent_changed"
         if call.attempt != self.first.attempt:
             return "attempt_changed"
+        if call.sampler != self.first.sampler:
+            return "sampling_changed"  # one transition is scored under one distribution
         if call.prompt_ids[: self.sequence_length()] != self.first.prompt_ids + self.response_ids:
             return "prefix_mismatch"
         return None
@@ -163,6 +168,7 @@ class _Chain:
             step_reward=sum(step_rewards.get(span_id, 0.0) for span_id in self.span_ids),
             span_ids=self.span_ids,
             mode=rollout.mode,
+            sampler=self.first.sampler,
         )
 
 
@@ -382,6 +388,7 @@ def _read_call(span: Span, index: int, attempt: int | None, agents: _AgentFilter
         prompt_ids=[int(t) for t in prompt_ids],
         response_ids=[int(t) for t in response_ids],
         logprobs=[float(x) for x in logprobs],
+        sampler=Sampler.from_attr(attrs.get(CallAttr.SAMPLING)),
     )
 
 

@@ -25,6 +25,7 @@ from tether.adapters.build import ALL_ROWS, _AgentFilter, _Call, _Chain, _label_
 from tether.adapters.transitions import Transition
 from tether.contracts import CallAttr, Origin, SpanStatus, is_call_span
 from tether.engines.chat_template import ChatTemplate, TemplateError
+from tether.sampling import RAW
 from tether.store.base import Store
 from tether.store.models import Rollout, RolloutStatus, Span
 from tether.store.reward_rule import rollout_final_reward
@@ -171,6 +172,7 @@ def _rendered_call(
         prompt_ids=prompt_ids,
         response_ids=response_ids,
         logprobs=[0.0] * len(response_ids),
+        sampler=RAW,  # no logprobs: imitation scores the trainer's own raw distribution
     )
 
 

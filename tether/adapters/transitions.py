@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from tether.sampling import RAW, Sampler
+
 
 @dataclass
 class Transition:
@@ -33,6 +35,9 @@ class Transition:
     # Another model's text tokenized with the policy's chat template (`Meta.DEMONSTRATION`): no recorded
     # logprobs, trained on by supervised imitation only, never in an RL batch.
     demonstration: bool = False
+    # The distribution the response tokens were drawn from and their logprobs are under; the learner
+    # scores them under the same one (`tether.sampling`).
+    sampler: Sampler = RAW
 
     @property
     def merged_calls(self) -> int:
@@ -47,4 +52,6 @@ class Transition:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Transition:
-        return cls(**data)
+        fields = dict(data)
+        fields["sampler"] = Sampler.from_attr(fields.get("sampler"))
+        return cls(**fields)

@@ -19,6 +19,7 @@ from typing import Literal, cast
 
 from tether.adapters.transitions import Transition
 from tether.contracts import ADVANTAGE_METHODS
+from tether.sampling import sampler_problems
 
 AdvantageMethod = Literal["grpo", "drgrpo", "rloo"]
 METHODS: tuple[str, ...] = ADVANTAGE_METHODS
@@ -39,6 +40,11 @@ IMITATION: str = "sft"  # the report method of a supervised batch (`imitation_ba
 class DemonstrationInRLBatch(ValueError):
     """A demonstration (another model's text) offered to an RL update: RL trains only on the policy's
     own tokens, with the logprobs it recorded when it generated them."""
+
+
+class UnreproducibleSampling(ValueError):
+    """Tokens whose sampling distribution the learner cannot score (greedy calls, logprobs of unverified
+    provenance) offered to an RL update: their importance ratio would be wrong (`tether.sampling`)."""
 
 
 @dataclass
@@ -169,6 +175,7 @@ def assign_advantages(
         raise ValueError(f"unknown advantage method {method!r}: expected one of {', '.join(METHODS)}")
     items = list(transitions)
     refuse_demonstrations(items)
+    refuse_unreproducible_sampling(items)
     rollouts = calls_by_rollout(items)
     report = AdvantageReport(method=method, gamma=gamma, per_call_returns=per_call_returns)
     report.transitions, report.rollouts = len(items), len(rollouts)
@@ -223,6 +230,29 @@ def refuse_demonstrations(transitions: Sequence[Transition]) -> None:
             "RL batch: RL trains only on tokens the policy generated; train on demonstrations with "
             "--algorithm sft or the --sft-steps warm start"
         )
+
+
+def batch_mass(samples: Sequence[Sample], loss_agg: str) -> float:
+    """What a batch's loss is divided by: the sum of rollout weights ("rollout": every rollout counts
+    once) or of trained tokens ("token": every token counts once)."""
+    return math.fsum(sample_mass(s, loss_agg) for s in samples)
+
+
+def sample_mass(sample: Sample, loss_agg: str) -> float:
+    return float(sample.transition.trained_tokens) if loss_agg == "token" else sample.weight
+
+
+def refuse_unreproducible_sampling(transitions: Sequence[Transition]) -> None:
+    """Raise UnreproducibleSampling naming the calls whose sampler an RL learner cannot score."""
+    samplers = {
+        f"rollout {t.rollout_id!r} call {t.call_index}"
+        + (f" (agent {t.agent})" if t.agent else ""): t.sampler
+        for t in transitions
+        if not t.demonstration
+    }
+    problem = sampler_problems(samplers)
+    if problem is not None:
+        raise UnreproducibleSampling(problem)
 
 
 def imitation_batch(transitions: Iterable[Transition]) -> AdvantageBatch:

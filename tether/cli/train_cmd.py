@@ -20,12 +20,13 @@ from tether.cli.common import (
     runner_pools,
 )
 from tether.cli.plot_cmd import plot
-from tether.cli.progress import step_progress
+from tether.cli.progress import held_out_score, step_progress
 from tether.cli.rollout_cmd import AGENT_REWARDS, add_runner_args, load_inputs
 from tether.contracts import ALGORITHMS, POLICY_UPSTREAM
 from tether.project import Project
 from tether.ray import session as ray_session
 from tether.runner import TaskFileError, load_tasks
+from tether.trainer.curriculum import add_curriculum_args, curriculum_config
 
 if TYPE_CHECKING:
     from tether.store import Store, Task
@@ -147,9 +148,88 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="without --run: resume the most recent run that has a checkpoint",
     )
+    add_update_args(parser)
+    add_sampling_args(parser)
+    add_curriculum_args(parser)
     add_store_arg(parser)
     add_ray_args(parser, learner=True)
     parser.set_defaults(command_main=run, n_workers=None)
+
+
+def add_update_args(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group(
+        "the update", "how each batch is used (see tether/trainer/policy.py for the loss)"
+    )
+    group.add_argument("--ppo-epochs", type=int, default=1, help="passes over each batch")
+    group.add_argument(
+        "--mini-batches",
+        type=int,
+        default=1,
+        help="optimizer steps per pass (whole rollouts each); more than one pass or step measures the "
+        "importance ratio against the policy at the start of the update",
+    )
+    group.add_argument(
+        "--loss-agg",
+        choices=["rollout", "token"],
+        default="rollout",
+        help="rollout: every rollout counts once (token mean within each); token: one mean over every "
+        "trained token of the batch (DAPO)",
+    )
+    group.add_argument("--clip-low", type=float, default=0.2, help="ratio clip below 1: 1 - clip-low")
+    group.add_argument("--clip-high", type=float, default=0.28, help="ratio clip above 1: 1 + clip-high")
+    group.add_argument(
+        "--tis-cap",
+        type=float,
+        default=2.0,
+        help="cap on the importance weight pi_old / mu (engine mismatch and staleness); 0 disables it",
+    )
+    group.add_argument(
+        "--tis-mode",
+        choices=["truncate", "mask"],
+        default="truncate",
+        help="truncate the weight at --tis-cap, or drop tokens whose weight leaves [1/cap, cap]",
+    )
+
+
+def add_sampling_args(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("sampling", "what the training rollouts sample, and how many")
+    group.add_argument(
+        "--train-temperature",
+        type=float,
+        default=None,
+        help="force this temperature on every training call, whatever the agent asks (1.0 samples the "
+        "policy itself; default: the agent's own settings, which the learner reproduces exactly)",
+    )
+    group.add_argument(
+        "--train-top-p", type=float, default=None, help="force this top-p on every training call"
+    )
+    group.add_argument(
+        "--min-signal-groups",
+        type=int,
+        default=0,
+        help="dynamic sampling: keep launching groups until the batch has N groups whose rewards vary "
+        "(0: off, the batch is --tasks-per-step groups whatever their rewards)",
+    )
+    group.add_argument(
+        "--max-groups-per-step",
+        type=int,
+        default=None,
+        help="with --min-signal-groups: at most this many groups generated per step "
+        "(default 3 x --tasks-per-step)",
+    )
+
+
+def _train_sampling(args: argparse.Namespace) -> dict[str, float]:
+    forced: dict[str, float] = {}
+    if args.train_temperature is not None:
+        if not 0 < args.train_temperature <= 2:
+            raise SystemExit("tether train: --train-temperature must be in (0, 2]: RL needs a sampled policy")
+        forced["temperature"] = args.train_temperature
+    if args.train_top_p is not None:
+        if not 0 < args.train_top_p <= 1:
+            raise SystemExit("tether train: --train-top-p must be in (0, 1]")
+        forced["top_p"] = args.train_top_p
+    return forced
 
 
 def _fixed_agents(values: list[str]) -> dict[str, str | None]:
@@ -193,6 +273,8 @@ def _command_line(args: argparse.Namespace) -> tuple[dict[str, object], dict[str
         "from_run": args.from_run,
         "sft_steps": args.sft_steps,
     }
+    # Forced sampling shapes the rollouts; named only when given, so earlier runs keep their names.
+    shape.update({k: v for k, v in _train_sampling(args).items()})
     named = {
         **shape,
         "agent": args.agent,
@@ -226,6 +308,13 @@ def run(args: argparse.Namespace) -> int:
             kl_coef=args.kl_coef,
             micro_batch_tokens=args.micro_batch_tokens,
             seed=args.seed,
+            clip_low=args.clip_low,
+            clip_high=args.clip_high,
+            tis_cap=args.tis_cap or None,
+            tis_mode=args.tis_mode,
+            ppo_epochs=args.ppo_epochs,
+            mini_batches=args.mini_batches,
+            loss_agg=args.loss_agg,
         )
         config = TrainerConfig(
             model=args.model,
@@ -254,6 +343,10 @@ def run(args: argparse.Namespace) -> int:
             policy=policy,
             policy_server=engine_kind(args),
             wandb_project=args.wandb,
+            train_sampling=_train_sampling(args),
+            min_signal_groups=args.min_signal_groups,
+            max_groups_per_step=args.max_groups_per_step,
+            curriculum=curriculum_config(args),
         )
     except ValueError as exc:
         raise SystemExit(f"tether train: {exc}") from None
@@ -324,22 +417,22 @@ def _fit(trainer: Trainer, *inputs: Any) -> FitResult:
     """`trainer.fit`, with a policy server that cannot start, or a learner rank lost, reported in one
     line."""
     from tether.policy_server.vllm import VLLMError, VLLMSetupError
+    from tether.trainer.curriculum import CurriculumError
     from tether.trainer.learner import LearnerLost
 
     try:
         return trainer.fit(*inputs)
-    except (VLLMSetupError, VLLMError, LearnerLost) as exc:
+    except (VLLMSetupError, VLLMError, LearnerLost, CurriculumError) as exc:
         raise SystemExit(f"tether train: {exc}") from None
 
 
 def _report(result: FitResult, curve: Path) -> None:
     out = Console()
     before, after = result.val_before, result.val_after
+    validations = [r for r in result.history if r.get("kind") == "val"]
+    first, last = (validations[0], validations[-1]) if validations else (None, None)
     out.print(
-        f"\n[bold]held-out accuracy before: {_fmt(before)}   after: {_fmt(after)}[/]  "
+        f"\n[bold]held-out accuracy before: {held_out_score(before, first)}   "
+        f"after: {held_out_score(after, last)}[/]  "
         f"({result.steps} steps; metrics {result.run_dir / 'metrics.jsonl'}; curve {curve})"
     )
-
-
-def _fmt(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f}"

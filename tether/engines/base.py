@@ -1,8 +1,9 @@
 """What the gateway needs from a model engine that runs in the same process.
 
-An engine takes prompt token ids and produces generated token ids with their policy logprobs
-(log-softmax of the raw logits, before temperature or top-p), so that training never has to
-re-tokenize text.
+An engine takes prompt token ids and produces generated token ids with their policy logprobs, each the
+log-probability of the token under the distribution it was drawn from (temperature, top-k and top-p
+applied: `tether.engines.sampling`), so that training never has to re-tokenize text and the learner can
+score the same distribution.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from tether.sampling import Sampler
 
 
 @dataclass
@@ -19,6 +22,12 @@ class SamplingParams:
     top_p: float = 1.0
     stop: list[str] = field(default_factory=list)
     seed: int | None = None
+    top_k: int = 0  # 0: no top-k cut
+
+    @property
+    def sampler(self) -> Sampler:
+        """The distribution the engine draws from (and records logprobs under)."""
+        return Sampler(self.temperature, self.top_p, self.top_k)
 
 
 @dataclass

@@ -51,6 +51,7 @@ from transformers.cache_utils import DynamicLayer
 
 from .base import GeneratedToken, Generation, GenerationDone, SamplingParams
 from .catalog import CATALOGUE, resolve_model
+from .sampling import draw, processed_logprobs
 from .tools import prepare_messages, template_supports_tools
 
 log = logging.getLogger(__name__)
@@ -278,6 +279,8 @@ class TransformersEngine:
             raise ValueError(f"prompt contains token ids outside the vocabulary [0, {self.vocab_size})")
         if params.top_p <= 0 or params.top_p > 1:
             raise ValueError(f"top_p must be in (0, 1], got {params.top_p}")
+        if params.top_k < 0:
+            raise ValueError(f"top_k must be 0 (off) or positive, got {params.top_k}")
 
     def load_adapter(self, adapter_path: str, policy_version: int | None = None) -> int:
         """Make the LoRA adapter in `adapter_path` the active policy, between batches. Blocks."""
@@ -448,13 +451,20 @@ class TransformersEngine:
         batch.last_tokens = self._sample_and_emit(batch.rows, out.logits[:, -1, :])
 
     def _sample_and_emit(self, rows: list[_Row], logits: torch.Tensor) -> torch.Tensor:
+        """Pick each row's next token and record its logprob under the distribution it was drawn from:
+        the processed one for sampled rows (`tether.engines.sampling`), the raw softmax for greedy ones."""
         logits = logits.float()
-        logprobs = torch.log_softmax(logits, dim=-1)
+        raw = torch.log_softmax(logits, dim=-1)
         chosen = logits.argmax(dim=-1)
+        picked = raw.gather(1, chosen[:, None]).squeeze(1)
         for i, row in enumerate(rows):
-            if row.generator is not None and not row.done:
-                chosen[i] = _sample(logits[i], row.request.params, row.generator)
-        picked = logprobs.gather(1, chosen[:, None]).squeeze(1)
+            if row.generator is None or row.done:
+                continue
+            sampler = row.request.params.sampler
+            logprobs = processed_logprobs(logits[i], sampler) if sampler.processed else raw[i]
+            token = draw(logprobs, row.generator)
+            chosen[i] = token
+            picked[i] = logprobs[token]
         for row, token, logprob in zip(rows, chosen.tolist(), picked.tolist(), strict=True):
             if not row.done:
                 self._emit(row, token, logprob)
@@ -540,23 +550,6 @@ def _trim_left(batch: _Batch) -> None:
     batch.mask = batch.mask[:, start:]
     for layer in batch.cache.layers:
         layer.keys, layer.values = layer.keys[..., start:, :], layer.values[..., start:, :]
-
-
-def _sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator) -> torch.Tensor:
-    probs = torch.softmax(logits / params.temperature, dim=-1)
-    if params.top_p >= 1:
-        return _draw(probs, generator)
-    sorted_probs, order = probs.sort(descending=True, stable=True)
-    keep = (sorted_probs.cumsum(0) - sorted_probs) < params.top_p
-    keep[0] = True
-    return order[_draw(sorted_probs * keep, generator)]
-
-
-def _draw(weights: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """Inverse-CDF draw of one index; much faster than torch.multinomial over a large vocabulary on CPU."""
-    cdf = weights.cumsum(0)
-    u = torch.rand(1, generator=generator, device=weights.device, dtype=cdf.dtype) * cdf[-1]
-    return torch.searchsorted(cdf, u, right=True).clamp(max=weights.numel() - 1)[0]
 
 
 def _find_stop(text: str, stops: list[str]) -> int | None:

@@ -3,7 +3,7 @@ the policy version that produced it (see `tether.contracts.CallAttr` for the att
 
 from __future__ import annotations
 
-import random
+import secrets
 import time
 from typing import Any
 
@@ -75,6 +75,8 @@ def call_span(
     error = outcome if isinstance(outcome, GatewayError) else None
     if isinstance(outcome, CallRecord):
         attributes[CallAttr.POLICY_VERSION] = outcome.policy_version
+        if outcome.sampler is not None:
+            attributes[CallAttr.SAMPLING] = outcome.sampler.to_attr()
         attributes[CallAttr.PROMPT_TOKEN_IDS] = outcome.prompt_token_ids
         attributes[CallAttr.CHOICES] = [_choice(choice) for choice in outcome.choices]
         attributes[CallAttr.USAGE] = outcome.usage
@@ -104,8 +106,9 @@ def call_span(
 
 
 def _random_id(bits: int) -> str:
-    # Ids need to be unique, not secret (OpenTelemetry's SDK makes them so too), and urandom is a syscall.
-    return f"{random.getrandbits(bits) or 1:0{bits // 4}x}"
+    # From the OS, not the process-global `random`: the trainer seeds that one, and a restarted run would
+    # repeat its ids, so a retried attempt's spans would collide with the dead run's (and be dropped).
+    return f"{secrets.randbits(bits) or 1:0{bits // 4}x}"
 
 
 def _choice(choice: ChoiceRecord) -> dict[str, Any]:

@@ -20,7 +20,6 @@ naming the rank and its node (`LearnerRankLost`).
 
 from __future__ import annotations
 
-import math
 import os
 import socket
 import tempfile
@@ -30,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from tether.adapters.transitions import Transition
-from tether.algorithms.advantages import AdvantageBatch, Sample
+from tether.algorithms.advantages import AdvantageBatch, Sample, batch_mass
 from tether.policy_server.base import PolicyWeights
 from tether.ray.cluster import LEARNER_SHARDINGS, Placement, RayCluster, placement_of, where_am_i
 from tether.ray.transfer import Folder, FolderSender, pack, unpack
@@ -302,6 +301,12 @@ class RayLearner:
             raise ValueError("--learner-ranks must be at least 1")
         if sharding not in LEARNER_SHARDINGS:
             raise ValueError(f"--learner-sharding must be one of {LEARNER_SHARDINGS}, not {sharding!r}")
+        if config.ppo_epochs > 1 or config.mini_batches > 1:
+            # Each optimizer step of a mini-batch would need its whole mini-batch's mass on every rank.
+            raise ValueError(
+                "--ppo-epochs and --mini-batches above 1 run on the local learner only; with "
+                "--learner-ranks > 1 each batch is one optimizer step"
+            )
         self.config, self.sharded = config, sharding == "fsdp"
         gpus = 1.0 if cluster is not None and cluster.total("GPU") >= ranks else 0.0
         cpus = 0.0 if gpus else 1.0
@@ -347,7 +352,7 @@ class RayLearner:
         if not samples:
             raise ValueError("nothing to train: no sample has a trained token and a non-zero weight")
         shares = split_by_tokens(samples, len(self.ranks))
-        total = math.fsum(s.weight for s in samples)
+        total = batch_mass(samples, self.config.loss_agg)
         results = self._call_all("step", lambda i: (replace(batch, samples=shares[i]), total))
         return _combine(results, len({s.rollout_id for s in samples}))
 

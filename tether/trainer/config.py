@@ -14,6 +14,8 @@ LLAMA_TARGET_MODULES: tuple[str, ...] = (
     "up_proj",
     "down_proj",
 )
+LOSS_AGGREGATIONS: tuple[str, ...] = ("rollout", "token")
+TIS_MODES: tuple[str, ...] = ("truncate", "mask")
 DEFAULT_LORA_LR = 1e-4
 DEFAULT_FULL_LR = 1e-5
 
@@ -37,7 +39,14 @@ class TrainConfig:
     clip_low: float = 0.2
     clip_high: float = 0.28
     tis_cap: float | None = 2.0  # None disables the truncation
+    # "mask": drop tokens whose weight pi_old / mu leaves [1 / tis_cap, tis_cap] instead of truncating it.
+    tis_mode: str = "truncate"
     kl_coef: float = 0.0
+    ppo_epochs: int = 1  # passes over each batch
+    mini_batches: int = 1  # optimizer steps per pass (whole rollouts each)
+    # "rollout": token means within each rollout, every rollout counts once; "token": one mean over every
+    # trained token of the batch (DAPO's token-level mean).
+    loss_agg: str = "rollout"
     micro_batch_tokens: int = 2048  # padded tokens (rows x width) per forward/backward
     max_seq_len: int = 4096  # prompt + response; also limited by the model's context
     # bf16 autocast of the transformer body (weights, lm_head and loss stay fp32). None: only where bf16
@@ -60,6 +69,18 @@ class TrainConfig:
             raise ValueError("micro_batch_tokens must be >= 1 and max_seq_len >= 2")
         if self.kl_coef < 0 or self.grad_clip < 0:
             raise ValueError("kl_coef and grad_clip must be >= 0")
+        if self.ppo_epochs < 1 or self.mini_batches < 1:
+            raise ValueError(
+                f"ppo_epochs and mini_batches must be >= 1, got {self.ppo_epochs}, {self.mini_batches}"
+            )
+        if self.loss_agg not in LOSS_AGGREGATIONS:
+            raise ValueError(f"loss_agg must be one of {', '.join(LOSS_AGGREGATIONS)}, got {self.loss_agg!r}")
+        if self.tis_mode not in TIS_MODES:
+            raise ValueError(f"tis_mode must be one of {', '.join(TIS_MODES)}, got {self.tis_mode!r}")
+        if self.tis_mode == "mask" and (self.tis_cap is None or self.tis_cap <= 1):
+            raise ValueError(
+                "tis_mode 'mask' keeps ratios in [1 / tis_cap, tis_cap]: tis_cap must be above 1"
+            )
 
     @property
     def learning_rate(self) -> float:

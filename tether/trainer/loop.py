@@ -34,7 +34,7 @@ from rich.console import Console
 from tether.adapters import Transition, TransitionReport, build_transitions
 from tether.adapters.demonstrations import NoDemonstrations, build_demonstrations, demonstration_rollouts
 from tether.algorithms import AdvantageBatch, assign_advantages, imitation_batch
-from tether.algorithms.advantages import advantage_method
+from tether.algorithms.advantages import UnreproducibleSampling, advantage_method
 from tether.auth import TokenAuthority
 from tether.contracts import ALGORITHMS, DEFAULT_ROUTE, POLICY_UPSTREAM, Meta
 from tether.engines.chat_template import ChatTemplate
@@ -50,6 +50,7 @@ from tether.runner.runs import RunRecord, cancel_queued
 from tether.stack import local_stack
 from tether.store import RolloutRequest, Store, Task
 from tether.trainer.config import TrainConfig
+from tether.trainer.curriculum import Curriculum, CurriculumConfig, CurriculumExhausted
 from tether.trainer.learner import Learner, TrainingDiverged, open_learner
 from tether.trainer.metrics import MetricsLog
 from tether.trainer.stages import stage_stats
@@ -98,6 +99,13 @@ class TrainerConfig:
     learner: str = "local"  # a kind registered in tether.trainer.learner
     policy: TrainConfig = field(default_factory=lambda: TrainConfig(model="smollm2-135m"))
     wandb_project: str | None = None  # also log to this Weights & Biases project
+    # Sampling parameters forced on every training call ({"temperature": 1.0}); validation keeps its own.
+    train_sampling: dict[str, float] = field(default_factory=dict)
+    # Dynamic sampling: groups keep being launched until a batch holds this many groups whose rewards
+    # vary, up to `max_groups_per_step` generated (default 3 x tasks_per_step). 0: off.
+    min_signal_groups: int = 0
+    max_groups_per_step: int | None = None
+    curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
 
     def __post_init__(self) -> None:
         if self.algorithm not in ALGORITHMS:
@@ -113,9 +121,30 @@ class TrainerConfig:
                 "full fine-tuning needs a policy server that loads full weights; the built-in engine "
                 "hot-swaps LoRA adapters only (drop --full)"
             )
+        self._check_sampling()
         both = sorted(set(self.agents or ()) & set(self.fixed_agents))
         if both:
             raise ValueError(f"agents both trained and fixed: {', '.join(both)}")
+
+    def _check_sampling(self) -> None:
+        if self.min_signal_groups < 0:
+            raise ValueError("--min-signal-groups must be >= 0")
+        if self.max_groups_per_step is None:
+            self.max_groups_per_step = 3 * max(self.tasks_per_step, self.min_signal_groups)
+        if self.min_signal_groups and self.max_groups_per_step < self.min_signal_groups:
+            raise ValueError(
+                f"--max-groups-per-step {self.max_groups_per_step} cannot hold --min-signal-groups "
+                f"{self.min_signal_groups}"
+            )
+        if self.max_staleness < 0:
+            raise ValueError("--max-staleness must be >= 0")
+
+    @property
+    def groups_ahead(self) -> int:
+        """Async: how many groups may be generating at once. A group launched now is consumed at the
+        latest by the update `max_staleness` versions on, so no sample is too stale to use (the
+        capacity rule: generation is throttled instead of thrown away)."""
+        return (self.max_staleness + 1) * self.tasks_per_step
 
     def _check_demonstrations(self) -> None:
         if self.sft_steps < 0 or self.sft_batch < 1:
@@ -298,7 +327,7 @@ class _Session:
     url: str
     train_tasks: Sequence[Task]
     val_tasks: Sequence[Task]
-    cursor: TaskCursor[Task] = field(init=False)
+    cursor: Curriculum = field(init=False)
     # Demonstration transitions, one list per rollout, and the cursor that walks them.
     demonstrations: TaskCursor[list[Transition]] = field(init=False)
     step: int = 0
@@ -307,7 +336,11 @@ class _Session:
     update_thread: ThreadPoolExecutor = field(init=False)
 
     def __post_init__(self) -> None:
-        self.cursor = TaskCursor(self.train_tasks, self.trainer.config.seed)
+        trainer = self.trainer
+        run = None if trainer.run is None else trainer.run.name
+        self.cursor = Curriculum(
+            self.train_tasks, trainer.config.seed, trainer.store, run, self.config.curriculum
+        )
         self.demonstrations = TaskCursor([], self.trainer.config.seed)
         self.update_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tether-update")
 
@@ -348,13 +381,16 @@ class _Session:
         return None if run is None else f"{run.starts}.{label}/{task.id}#{sample}"
 
     def _group_requests(self, tasks: Sequence[Task], label: str) -> list[RolloutRequest]:
+        metadata: dict[str, Any] = {Meta.STEP: self.step}
+        if self.config.train_sampling:
+            metadata[Meta.SAMPLING_OVERRIDES] = dict(self.config.train_sampling)
         return [
             RolloutRequest(
                 task=task,
                 mode="train",
                 group_id=f"{task.id}@{label}",
                 max_attempts=self.config.max_attempts,
-                metadata={Meta.STEP: self.step},
+                metadata=metadata,
                 key=self._key(label, task, sample),
                 sample=sample,
             )
@@ -379,6 +415,7 @@ class _Session:
             "reward_mean": statistics.fmean(rewards) if rewards else 0.0,
             "reward_std": statistics.pstdev(rewards) if len(rewards) > 1 else 0.0,
             "rollouts": len(outcomes),
+            "groups": len({request.group_id for request in requests}),
             "failed_rollouts": sum(o.status.value != "succeeded" for o in outcomes),
             "calls": report.calls,
             "merged_calls": report.merged,
@@ -445,7 +482,10 @@ class _Session:
             return imitation_batch(
                 t for t in transitions if t.demonstration or t.reward >= self.config.sft_threshold
             )
-        return assign_advantages(transitions, method=advantage_method(self.config.algorithm))
+        try:
+            return assign_advantages(transitions, method=advantage_method(self.config.algorithm))
+        except UnreproducibleSampling as exc:
+            raise SystemExit(f"tether train: step {self.step + 1}: {exc}") from None
 
     # -- one update -----------------------------------------------------------------------------------
 
@@ -459,6 +499,7 @@ class _Session:
             "groups_zero_variance": batch.report.groups_zero_variance,
             "samples": len(batch.samples),
             "policy_version": self.server.policy_version,
+            **{f"curriculum.{k}": v for k, v in self.cursor.pools().items()},
         }
         if batch.samples:
             try:
@@ -521,25 +562,79 @@ class _Session:
         finally:
             await self.server.resume()
 
+    def _take(self, count: int) -> list[Task] | None:
+        """The next tasks, or None when the curriculum has retired every one."""
+        try:
+            return self.cursor.take(count, step=self.step)
+        except CurriculumExhausted as exc:
+            console.print(f"[green]stopping at step {self.step}: {exc}[/]")
+            return None
+
     async def _train_sync(self) -> None:
         while self.step < self.config.total_steps:
-            tasks = self.cursor.take(self.config.tasks_per_step)
-            transitions, stats = await self._collect(self._group_requests(tasks, f"step{self.step}"))
-            await self._update(transitions, stats)
+            groups: list[tuple[list[Transition], dict[str, Any]]] = []
+            wanted = self.config.tasks_per_step
+            while wanted > 0:
+                tasks = self._take(wanted)
+                if tasks is None:
+                    return
+                label = f"step{self.step}" + (f".{len(groups)}" if groups else "")
+                groups.append(await self._collect(self._group_requests(tasks, label)))
+                generated = sum(stats["groups"] for _, stats in groups)
+                wanted = self._more_groups([t for part, _ in groups for t in part], generated)
+            transitions = [t for part, _ in groups for t in part]
+            await self._update(transitions, self._sampling_stats(transitions, [s for _, s in groups]))
+
+    def _more_groups(self, transitions: Sequence[Transition], generated: int) -> int:
+        """Dynamic sampling: how many more groups to launch for this step's batch (0: it is complete)."""
+        wanted = self.config.min_signal_groups
+        if not wanted or self.step < self.config.sft_steps or self.config.algorithm == "sft":
+            return 0
+        missing = wanted - signal_groups(transitions)
+        cap = self.config.max_groups_per_step or 0
+        return max(0, min(missing, cap - generated))
+
+    def _sampling_stats(
+        self, transitions: Sequence[Transition], parts: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        stats = _merge_stats(parts) if len(parts) > 1 else dict(parts[0])
+        generated = sum(p["groups"] for p in parts)
+        with_signal = signal_groups(transitions)
+        stats.update(
+            groups_generated=generated,
+            groups_with_signal=with_signal,
+            zero_variance_fraction=1 - with_signal / generated if generated else 0.0,
+        )
+        return stats
 
     async def _train_async(self) -> None:
         in_flight: deque[asyncio.Task[tuple[list[Transition], dict[str, Any]]]] = deque()
 
-        def launch() -> None:
-            tasks = self.cursor.take(1)
+        def launch() -> bool:
+            tasks = self._take(1)
+            if tasks is None:
+                return False
             label = f"g{self.cursor.position}"
             in_flight.append(asyncio.create_task(self._collect(self._group_requests(tasks, label))))
+            return True
+
+        def fill() -> None:
+            while len(in_flight) < self.config.groups_ahead and launch():
+                pass
 
         try:
             while self.step < self.config.total_steps:
-                while len(in_flight) < 2 * self.config.tasks_per_step:
-                    launch()
-                done = [await in_flight.popleft() for _ in range(self.config.tasks_per_step)]
+                fill()
+                done: list[tuple[list[Transition], dict[str, Any]]] = []
+                while in_flight:
+                    done.append(await in_flight.popleft())
+                    if len(done) < self.config.tasks_per_step:
+                        continue
+                    if not self._more_groups([t for group, _ in done for t in group], len(done)):
+                        break
+                    fill()  # dynamic sampling: extra groups, in the places of those consumed
+                if not done:
+                    return
                 transitions = [t for group, _ in done for t in group]
                 fresh = [
                     t
@@ -547,7 +642,7 @@ class _Session:
                     if t.policy_version is None
                     or self.server.policy_version - t.policy_version <= self.config.max_staleness
                 ]
-                stats = _merge_stats([s for _, s in done])
+                stats = self._sampling_stats(transitions, [s for _, s in done])
                 stats["stale_dropped"] = len(transitions) - len(fresh)
                 stats["staleness_mean"] = (
                     statistics.fmean(
@@ -583,11 +678,19 @@ class _Session:
         outcomes = await self.runner.run(requests)
         rewards = [o.reward if o.reward is not None else 0.0 for o in outcomes]
         score = statistics.fmean(rewards) if rewards else 0.0
+        from tether.trainer.intervals import bootstrap_interval
+
+        # The 95% bootstrap interval of the score, and each task's reward, so that two validations can
+        # be compared task by task (tether.trainer.intervals.paired_difference_interval).
+        low, high = await asyncio.to_thread(bootstrap_interval, rewards) if rewards else (score, score)
         self.trainer.record(
             {
                 "kind": "val",
                 "step": self.step,
                 "val_score": score,
+                "val_ci_low": low,
+                "val_ci_high": high,
+                "val_rewards": {o.task_id: r for o, r in zip(outcomes, rewards, strict=True)},
                 "val_rollouts": len(rewards),
                 "val_seconds": time.monotonic() - started,
                 "policy_version": self.server.policy_version,
@@ -628,6 +731,14 @@ class _Session:
         console.print(f"resumed from step {self.step}")
 
 
+def signal_groups(transitions: Sequence[Transition]) -> int:
+    """Groups whose rollouts' rewards are not all equal: those an advantage can learn from."""
+    rewards: dict[str | None, set[float]] = {}
+    for t in transitions:
+        rewards.setdefault(t.group_id, set()).add(t.reward)
+    return sum(len(values) > 1 for values in rewards.values())
+
+
 def _sample_rows(store: Store, outcomes: Sequence[RolloutOutcome]) -> list[list[Any]]:
     """Rows of the validation samples table: rollout, task, input, output, reward, status."""
     rows = []
@@ -657,7 +768,8 @@ def _merge_stats(parts: list[dict[str, Any]]) -> dict[str, Any]:
     for key in keys:
         values = [p.get(key, 0) for p in parts]
         counted = key.startswith(("nodes.", "agent."))
-        if counted or key in ("rollouts", "failed_rollouts", "calls", "merged_calls", "merge_breaks"):
+        summed = ("rollouts", "groups", "failed_rollouts", "calls", "merged_calls", "merge_breaks")
+        if counted or key in summed:
             merged[key] = sum(values)
         elif key in ("rollout_seconds", "generation_seconds"):
             merged[key] = max(values)

@@ -1,12 +1,16 @@
-"""The policy update: one clipped, importance-corrected policy-gradient step per batch of samples.
+"""The policy update: clipped, importance-corrected policy-gradient steps over a batch of samples.
 
 For every trained response token t of a sample with advantage A (see `policy_loss`):
 
-    logp     = log pi_theta(token)            the trainer's current logprob, with gradient
-    old      = logp.detach()                  "old" = the trainer's logprob under the weights it holds
-                                              when step() begins (before this update); with one optimizer
-                                              step per batch that is the same forward pass, detached
-    rec      = response_logprobs[t]           recorded by the engine that sampled the token (behaviour mu)
+    logp     = log pi_theta(token)            the trainer's current logprob, with gradient, under the
+                                              distribution the token was drawn from: logits / temperature,
+                                              top-k and top-p as the sample's `Sampler` says (`tether.
+                                              engines.sampling`, the engine's own definition)
+    old      = log pi_old(token)              the trainer's logprob when the update begins; with one
+                                              optimizer step per batch (the default) that is the same
+                                              forward pass, detached
+    rec      = response_logprobs[t]           recorded by the engine that sampled the token (behaviour mu,
+                                              under the same processed distribution)
     ratio    = exp(logp - rec)                pi_theta / mu: engine mismatch and staleness together
     is_w     = min(exp(old - rec), tis_cap)   truncated importance weight (detached)
     loss_t   = -min(is_w * exp(logp - old) * A, clip(ratio, 1 - clip_low, 1 + clip_high) * A)
@@ -16,13 +20,21 @@ For every trained response token t of a sample with advantage A (see `policy_los
 below the cap it is exactly the ratio of the PPO surrogate. Above it the unclipped branch stops growing,
 which only matters for negative advantages (for positive ones 1 + clip_high < tis_cap binds first), so
 one token the engine sampled far more confidently than the trainer would cannot dominate the batch
-(the same bound as dual-clip PPO with c = tis_cap). The trust region is measured against the behaviour
+(the same bound as dual-clip PPO with c = tis_cap). With `tis_mode="mask"` a token whose exp(old - rec)
+leaves [1 / tis_cap, tis_cap] is dropped instead. The trust region is measured against the behaviour
 policy: a stale or mismatched token whose ratio left [1 - clip_low, 1 + clip_high] in the direction its
-advantage pushes contributes no gradient.
+advantage pushes contributes no gradient, which is also what bounds `ppo_epochs` > 1.
 
-Token losses are averaged within each sample, and samples are combined with their `weight` (a
-transition's share of its rollout's trained tokens): loss = sum_s w_s * mean_t loss_t / sum_s w_s, i.e.
-every rollout counts once, whatever its number of calls and tokens.
+Because the engine records each token's logprob under the distribution it sampled from and the learner
+scores the same distribution, the ratio at the start of an update is 1 up to numerics at any
+temperature. The nucleus is recomputed from the learner's own logits (the same set as the engine's when
+the weights are the same), with the sampled token always kept: a token that crossed the nucleus
+boundary during the update keeps a finite ratio, which the clip then bounds.
+
+Aggregation (`loss_agg`): "rollout" averages token losses within each sample and combines samples with
+their `weight` (a transition's share of its rollout's trained tokens): loss = sum_s w_s * mean_t loss_t /
+sum_s w_s, i.e. every rollout counts once, whatever its number of calls and tokens. "token" takes one
+mean over every trained token of the batch (longer rollouts count more, as in DAPO).
 """
 
 from __future__ import annotations
@@ -52,9 +64,19 @@ import torch
 from torch.distributed.tensor import DTensor
 
 from tether.adapters.transitions import Transition
-from tether.algorithms.advantages import IMITATION, AdvantageBatch, Sample, refuse_demonstrations
+from tether.algorithms.advantages import (
+    IMITATION,
+    AdvantageBatch,
+    Sample,
+    batch_mass,
+    refuse_demonstrations,
+    refuse_unreproducible_sampling,
+    sample_mass,
+)
 from tether.engines.catalog import resolve_model
+from tether.engines.sampling import processed_logprobs
 from tether.policy_server.base import PolicyWeights
+from tether.sampling import Sampler
 from tether.trainer.config import TrainConfig
 from tether.trainer.learner import TrainingDiverged
 
@@ -89,6 +111,8 @@ class StepMetrics:
     tokens_per_s: float  # forward_tokens / seconds
     peak_rss_mb: float  # the process's peak resident memory so far
     nll: float = 0.0  # mean negative logprob of the trained tokens before this update (SFT's loss)
+    masked_fraction: float = 0.0  # trained tokens dropped by tis_mode "mask" (ratio outside the band)
+    optimizer_steps: int = 1  # ppo_epochs x mini-batches
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -109,6 +133,8 @@ class MicroBatch:
     advantages: torch.Tensor  # [B, 1]
     coef: torch.Tensor  # [B, 1] weight / (trained tokens * total weight)
     demonstration: torch.Tensor  # [B, 1] bool: no recorded logprobs (another model's text)
+    samplers: list[Sampler]  # per row: the distribution its tokens were drawn from
+    old: torch.Tensor | None = None  # [B, K] the policy's logprobs at the start of the update
 
     @property
     def padded_tokens(self) -> int:
@@ -130,7 +156,9 @@ class _Totals:
     ref_kl: float = 0.0
     entropy: float = 0.0
     nll: float = 0.0
+    masked: float = 0.0
     padded: int = 0
+    micro_batches: int = 0
 
     def mean(self, total: float) -> float:
         return total / self.tokens if self.tokens else 0.0
@@ -144,27 +172,39 @@ def policy_loss(
     clip_low: float,
     clip_high: float,
     tis_cap: float | None,
+    old: torch.Tensor | None = None,
+    tis_mode: str = "truncate",
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Per-token clipped surrogate loss (see the module docstring) and per-token diagnostics.
 
-    Positions outside `mask` get the trainer's own logprob as behaviour, so whatever was recorded there
-    (0.0 for observation tokens, or garbage) cannot produce inf or NaN, nor any gradient.
+    `old` is the policy's logprob at the start of the update (default: `logp` detached, the same thing
+    when the update is one optimizer step). Positions outside `mask` get it as behaviour, so whatever
+    was recorded there (0.0 for observation tokens, or garbage) cannot produce inf or NaN, nor any
+    gradient. `tis_mode` "mask" drops tokens whose weight old / behaviour leaves [1 / tis_cap, tis_cap]
+    (stats["masked"]) instead of truncating it.
     """
-    old = logp.detach()
+    old = logp.detach() if old is None else torch.where(mask, old, logp.detach())
     behaviour = torch.where(mask, behaviour, old)
     log_ratio = logp - behaviour
     ratio = torch.exp(log_ratio)
     clipped_ratio = ratio.clamp(1 - clip_low, 1 + clip_high)
     unclipped_ratio = ratio
+    outside = torch.zeros_like(mask)
     if tis_cap is not None:
-        is_weight = torch.exp(old - behaviour).clamp(max=tis_cap)
+        weight = torch.exp(old - behaviour)
+        if tis_mode == "mask":
+            outside = (weight > tis_cap) | (weight < 1 / tis_cap)
+            weight = torch.where(outside, 1.0, weight)
+        is_weight = weight.clamp(max=tis_cap)
         unclipped_ratio = is_weight * torch.exp(logp - old)
     loss = -torch.minimum(unclipped_ratio * advantages, clipped_ratio * advantages)
+    loss = torch.where(outside, 0.0, loss)
     with torch.no_grad():
         r = ratio.detach()
         clipped = ((advantages > 0) & (r > 1 + clip_high)) | ((advantages < 0) & (r < 1 - clip_low))
-        truncated = r > tis_cap if tis_cap is not None else torch.zeros_like(mask)
+        truncated = (r > tis_cap) & ~outside if tis_cap is not None else torch.zeros_like(mask)
         stats = {
+            "masked": outside.float(),
             "ratio": r,
             "clipped": clipped.float(),
             "truncated": truncated.float(),
@@ -204,6 +244,7 @@ def collate(
     pad_id: int,
     advantages: Sequence[float] | None = None,
     coefs: Sequence[float] | None = None,
+    old: Sequence[Sequence[float]] | None = None,
 ) -> MicroBatch:
     rows = [transitions[i] for i in indices]
     width = max(len(t.prompt_ids) + len(t.response_ids) for t in rows)
@@ -215,6 +256,7 @@ def collate(
     valid = torch.zeros((b, k), dtype=torch.bool)
     mask = torch.zeros((b, k), dtype=torch.bool)
     behaviour = torch.zeros((b, k), dtype=torch.float32)
+    old_logp = torch.zeros((b, k), dtype=torch.float32) if old is not None else None
     for row, t in enumerate(rows):
         ids = list(t.prompt_ids) + list(t.response_ids)
         n = len(t.response_ids)
@@ -225,6 +267,8 @@ def collate(
             valid[row, k - n :] = True
             mask[row, k - n :] = torch.tensor(t.loss_mask, dtype=torch.long) != 0
             behaviour[row, k - n :] = torch.tensor(t.response_logprobs, dtype=torch.float32)
+            if old_logp is not None and old is not None:
+                old_logp[row, k - n :] = torch.tensor(old[indices[row]], dtype=torch.float32)
     position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
     adv = [advantages[i] for i in indices] if advantages is not None else [0.0] * b
     coef = [coefs[i] for i in indices] if coefs is not None else [0.0] * b
@@ -240,6 +284,8 @@ def collate(
         advantages=torch.tensor(adv, dtype=torch.float32)[:, None],
         coef=torch.tensor(coef, dtype=torch.float32)[:, None],
         demonstration=torch.tensor([t.demonstration for t in rows], dtype=torch.bool)[:, None],
+        samplers=[t.sampler for t in rows],
+        old=old_logp,
     )
 
 
@@ -344,13 +390,15 @@ class PolicyTrainer:
             mb.targets.shape[1],
         )
         targets = mb.targets.to(self.device)
-        lse = torch.logsumexp(logits, dim=-1)
-        logp = logits.gather(-1, targets[..., None]).squeeze(-1) - lse
-        ent = None
-        if entropy:
-            with torch.no_grad():
-                ent = lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)
-        return logp, ent
+        if not any(sampler.processed for sampler in mb.samplers):
+            lse = torch.logsumexp(logits, dim=-1)
+            logp = logits.gather(-1, targets[..., None]).squeeze(-1) - lse
+            ent = None
+            if entropy:
+                with torch.no_grad():
+                    ent = lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)
+            return logp, ent
+        return _processed_token_logprobs(logits, targets, mb.samplers, entropy)
 
     def _reference_logprobs(self, mb: MicroBatch) -> torch.Tensor:
         with torch.no_grad():
@@ -364,49 +412,39 @@ class PolicyTrainer:
     def step(
         self, batch: AdvantageBatch | Sequence[Sample], total_weight: float | None = None
     ) -> StepMetrics:
-        """One optimizer step over all samples, accumulating gradients over micro-batches.
+        """One update of the batch: `ppo_epochs` passes over it, each in `mini_batches` optimizer steps,
+        accumulating gradients over micro-batches (one optimizer step by default).
 
         `total_weight` (default: the samples' own) is the W the loss is normalized by: a learner rank
-        holding part of a batch passes the whole batch's, so that the ranks' gradients add up to the
-        single-rank one.
+        holding part of a batch passes the whole batch's (`batch_mass`), so that the ranks' gradients add
+        up to the single-rank one. Reported statistics are those of the first pass over the batch.
         """
         started = time.perf_counter()
         cfg = self.config
-        samples = [s for s in _samples_of(batch) if s.transition.trained_tokens > 0 and s.weight != 0]
-        if not _is_imitation(batch):
-            refuse_demonstrations([s.transition for s in samples])
-        for s in samples:
-            _check_sample(s.transition, self.max_seq_len)
-            if s.weight < 0:
-                raise ValueError(f"sample of rollout {s.rollout_id!r} has a negative weight {s.weight}")
-        if not samples:
-            raise ValueError("nothing to train: no sample has a trained token and a non-zero weight")
+        samples = self._trainable_samples(batch)
         transitions = [s.transition for s in samples]
-        weight = total_weight if total_weight is not None else math.fsum(s.weight for s in samples)
-        coefs = [s.weight / (s.transition.trained_tokens * weight) for s in samples]
         advantages = [float(s.advantage) for s in samples]
-        plan = self._plan([_length(t) for t in transitions])
-
+        parts = self._mini_batches(samples)
+        several = len(parts) * cfg.ppo_epochs > 1
+        # "old" is the policy at the start of the update; with one optimizer step it is the forward's own
+        # logprob, detached, and costs no extra pass.
+        old = self.logprobs(transitions) if several else None
         self.model.train()
-        self.optimizer.zero_grad(set_to_none=True)
         totals = _Totals()
-        for n, indices in enumerate(plan):
-            mb = collate(transitions, indices, self.pad_id, advantages, coefs) if indices else self._blank()
-            try:
-                self._accumulate(mb, totals, f"micro-batch {n + 1}/{len(plan)}")
-            except TrainingDiverged:
-                self.optimizer.zero_grad(set_to_none=True)
-                raise
-
-        grad_norm = self._clip_gradients()
-        lr = float(self.scheduler.get_last_lr()[0])
-        self.optimizer.step()
+        grad_norm, lr, steps = 0.0, float(self.scheduler.get_last_lr()[0]), 0
+        for epoch in range(cfg.ppo_epochs):
+            for part in parts:
+                mass = total_weight if total_weight is not None and len(parts) == 1 else None
+                coefs = _coefficients(samples, part, cfg.loss_agg, mass)
+                grad_norm = self._optimizer_step(
+                    transitions, part, advantages, coefs, old, totals, epoch == 0
+                )
+                steps += 1
         self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
         self.step_count += 1
 
         seconds = time.perf_counter() - started
-        forward_tokens = sum(_length(t) for t in transitions)
+        forward_tokens = sum(_length(t) for t in transitions) * cfg.ppo_epochs
         return StepMetrics(
             step=self.step_count,
             loss=totals.loss,
@@ -423,14 +461,72 @@ class PolicyTrainer:
             padded_tokens=totals.padded,
             samples=len(samples),
             rollouts=len({s.rollout_id for s in samples}),
-            micro_batches=len(plan),
+            micro_batches=totals.micro_batches,
             grad_norm=grad_norm,
             lr=lr,
             seconds=seconds,
             tokens_per_s=forward_tokens / seconds if seconds > 0 else 0.0,
             peak_rss_mb=peak_rss_mb(),
             nll=totals.mean(totals.nll),
+            masked_fraction=totals.mean(totals.masked),
+            optimizer_steps=steps,
         )
+
+    def _trainable_samples(self, batch: AdvantageBatch | Sequence[Sample]) -> list[Sample]:
+        samples = [s for s in _samples_of(batch) if s.transition.trained_tokens > 0 and s.weight != 0]
+        if not _is_imitation(batch):
+            refuse_demonstrations([s.transition for s in samples])
+            refuse_unreproducible_sampling([s.transition for s in samples])
+        for s in samples:
+            _check_sample(s.transition, self.max_seq_len)
+            if s.weight < 0:
+                raise ValueError(f"sample of rollout {s.rollout_id!r} has a negative weight {s.weight}")
+        if not samples:
+            raise ValueError("nothing to train: no sample has a trained token and a non-zero weight")
+        return samples
+
+    def _mini_batches(self, samples: Sequence[Sample]) -> list[list[int]]:
+        """Sample indices split into `mini_batches` parts, whole rollouts each, in a seeded order."""
+        count = self.config.mini_batches
+        if count <= 1:
+            return [list(range(len(samples)))]
+        rollouts = sorted({s.rollout_id for s in samples})
+        random.Random(self.config.seed * 7_919 + self.step_count).shuffle(rollouts)
+        part_of = {rollout: i % count for i, rollout in enumerate(rollouts)}
+        parts = [[i for i, s in enumerate(samples) if part_of[s.rollout_id] == p] for p in range(count)]
+        return [part for part in parts if part]
+
+    def _optimizer_step(
+        self,
+        transitions: Sequence[Transition],
+        indices: list[int],
+        advantages: Sequence[float],
+        coefs: Sequence[float],
+        old: Sequence[Sequence[float]] | None,
+        totals: _Totals,
+        record: bool,
+    ) -> float:
+        """Accumulate the gradient of `indices` over micro-batches and take one optimizer step; adds to
+        `totals` when `record`. Returns the gradient norm before clipping."""
+        plan = self._plan([_length(transitions[i]) for i in indices])
+        sink = totals if record else _Totals()
+        self.optimizer.zero_grad(set_to_none=True)
+        for n, group in enumerate(plan):
+            if group:
+                rows = [indices[g] for g in group]
+                mb = collate(transitions, rows, self.pad_id, advantages, coefs, old)
+            else:
+                mb = self._blank()
+            try:
+                self._accumulate(mb, sink, f"micro-batch {n + 1}/{len(plan)}")
+            except TrainingDiverged:
+                self.optimizer.zero_grad(set_to_none=True)
+                raise
+        sink.micro_batches += len(plan)
+        grad_norm = self._clip_gradients()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return grad_norm
 
     def _plan(self, lengths: Sequence[int]) -> list[list[int]]:
         """Micro-batches of sample indices; an empty one is a `_blank` (ranks of a sharded learner pad
@@ -471,6 +567,8 @@ class PolicyTrainer:
             cfg.clip_low,
             cfg.clip_high,
             cfg.tis_cap,
+            old=mb.old.to(self.device) if mb.old is not None else None,
+            tis_mode=cfg.tis_mode,
         )
         policy_part = torch.where(mask, per_token, 0.0).mul(coef).sum()
         loss = policy_part
@@ -501,6 +599,7 @@ class PolicyTrainer:
         totals.ratio += float(stats["ratio"][mask].sum())
         totals.clipped += float(stats["clipped"][mask].sum())
         totals.truncated += float(stats["truncated"][mask].sum())
+        totals.masked += float(stats["masked"][mask].sum())
         totals.approx_kl += float(stats["approx_kl"][mask].sum())
         if entropy is not None:
             totals.entropy += float(entropy[mask].sum())
@@ -642,6 +741,41 @@ class PolicyTrainer:
 
     def _optimizer_loaded(self) -> None:
         """Called once the optimizer holds a checkpoint's (whole, unsharded) state."""
+
+
+def _processed_token_logprobs(
+    logits: torch.Tensor, targets: torch.Tensor, samplers: Sequence[Sampler], entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Logprobs [B, K] of `targets` under each row's sampling distribution (rows grouped by sampler), and
+    that distribution's entropies."""
+    logp = torch.empty(targets.shape, dtype=logits.dtype, device=logits.device)
+    ent = torch.empty(targets.shape, dtype=logits.dtype, device=logits.device) if entropy else None
+    by_sampler: dict[Sampler, list[int]] = {}
+    for row, sampler in enumerate(samplers):
+        by_sampler.setdefault(sampler, []).append(row)
+    for sampler, rows in by_sampler.items():
+        index = torch.tensor(rows, device=logits.device)
+        chosen = targets[index]
+        logprobs = processed_logprobs(logits[index], sampler, always_keep=chosen)
+        logp = logp.index_put((index,), logprobs.gather(-1, chosen[..., None]).squeeze(-1))
+        if ent is not None:
+            with torch.no_grad():
+                probs = logprobs.exp()
+                ent[index] = -torch.special.xlogy(probs, probs).sum(-1)
+    return logp, ent
+
+
+def _coefficients(
+    samples: Sequence[Sample], part: Sequence[int], loss_agg: str, total: float | None
+) -> list[float]:
+    """Per-sample token coefficients of one optimizer step over `part` (others get 0): a sample's mass
+    spread over its trained tokens, divided by the part's mass (or `total`, a whole batch's)."""
+    mass = total if total is not None else batch_mass([samples[i] for i in part], loss_agg)
+    coefs = [0.0] * len(samples)
+    for i in part:
+        sample = samples[i]
+        coefs[i] = sample_mass(sample, loss_agg) / (sample.transition.trained_tokens * mass)
+    return coefs
 
 
 def _wrap_lora(model: Any, config: TrainConfig) -> Any:

@@ -1,7 +1,13 @@
 """A local Kubernetes API server for the tests: the endpoints the k8s runner uses, over real HTTP.
 
 It serves batch/v1 Jobs, core/v1 Pods (and their logs), Secrets and Namespaces, SelfSubjectAccessReview,
-and `?watch=true` streams of JSON lines with resourceVersions. Every submitted object is validated
+and `?watch=true` streams of JSON lines with resourceVersions. A watch from a resourceVersion continues
+after it; a watch without one (or from "0") starts with the current objects as ADDED, as the API server's
+watch cache does. History is kept from `compacted` on: a watch from an older resourceVersion is answered
+with an ERROR event carrying a 410 Expired Status (`expire_watches` compacts and ends the open watches
+that way, `expire_next_watches` answers the next ones so). Deleting honours `propagationPolicy`
+(Background and Foreground delete what the object owns, Orphan keeps it and drops its ownerReferences;
+a Job's default is Orphan, as batch/v1's is). Every submitted object is validated
 against the Kubernetes OpenAPI schema of KUBERNETES_VERSION (`kubernetes-validate`, strict: unknown fields
 are refused, as `kubectl --validate=strict` does) and refused with a 422 Status otherwise.
 
@@ -11,6 +17,8 @@ does), and moves the Job through Active -> Complete / Failed. `activeDeadlineSec
 and fails the Job with DeadlineExceeded; deleting a Job kills its pods and deletes what it owns (pods,
 Secrets with an ownerReference to it). Images not in `images` fail to pull (ErrImagePull, then
 ImagePullBackOff), and stay pending.
+
+docs/kubernetes.md ("How this is tested") lists what it does not model.
 """
 
 from __future__ import annotations
@@ -100,6 +108,31 @@ class Event:
 
 
 @dataclass
+class Answered:
+    """One list or watch the server answered, in order: what the tests read to see relisting."""
+
+    verb: str  # "list" or "watch"
+    resource: str
+    version: int  # list: the version answered; watch: the version asked for (0: none)
+    expired: bool = False  # watch: answered 410 Expired, at once or when compacted under it
+
+
+def expired_status(asked: int, oldest: int) -> dict[str, Any]:
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": f"too old resource version: {asked} ({oldest})",
+        "reason": "Expired",
+        "code": 410,
+    }
+
+
+DEFAULT_PROPAGATION = {"jobs": "Orphan"}  # batch/v1 Jobs orphan their pods unless told otherwise
+
+
+@dataclass
 class Cluster:
     """The cluster's state. Tests read it (`submitted`, `created`, `objects`) and shape it (`images`,
     `allowed`, `namespaces`, `create_failures`)."""
@@ -115,11 +148,16 @@ class Cluster:
     submitted: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     created: list[tuple[str, str, float]] = field(default_factory=list)  # (resource, name, time.time())
     refused: list[tuple[str, str]] = field(default_factory=list)  # (resource, why)
-    version: int = 0
+    version: int = 1  # etcd's revision is never 0: a list's resourceVersion never reads as "any"
     lock: threading.RLock = field(default_factory=threading.RLock)
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     deleted_pods: set[str] = field(default_factory=set)
     closing: bool = False
+    # Watch history: events before `compacted` are gone, and a watch from before it is answered 410.
+    compacted: int = 0
+    expire_next_watches: int = 0  # the next N watch requests are answered 410, whatever they ask
+    requests: list[Answered] = field(default_factory=list)
+    _watch_epoch: int = 0  # bumped by expire_watches: open watches of an older epoch end with a 410
 
     # -- state ----------------------------------------------------------------------------------------
 
@@ -188,7 +226,12 @@ class Cluster:
             threading.Thread(target=self._run_pod, args=(namespace, created, None), daemon=True).start()
         return created
 
-    def delete(self, resource: str, namespace: str, name: str) -> dict[str, Any] | None:
+    def delete(
+        self, resource: str, namespace: str, name: str, propagation: str | None = None
+    ) -> dict[str, Any] | None:
+        """Deletes the object; what it owns goes too (the garbage collector) unless `propagation` (or
+        the resource's default) is Orphan, which keeps the dependents and drops their ownerReferences."""
+        policy = propagation or DEFAULT_PROPAGATION.get(resource, "Background")
         with self.lock:
             obj = self.get(resource, namespace, name)
             if obj is None:
@@ -203,9 +246,19 @@ class Cluster:
             ]
         if resource == "pods":
             self._kill(name)
-        for kind, ns, child in owned:  # the garbage collector: what the deleted object owned goes too
-            self.delete(kind, ns, child)
+        for kind, ns, child in owned:
+            if policy == "Orphan":
+                self.update(kind, ns, child, lambda c: _drop_owner(c, uid))
+            else:
+                self.delete(kind, ns, child)
         return obj
+
+    def expire_watches(self) -> None:
+        """Compacts the history up to now and ends every open watch with a 410 Expired event, as the
+        API server does to a watcher whose resourceVersion fell out of its window."""
+        with self.lock:
+            self.compacted = self.version + 1  # `events` stays whole: it is the tests' record
+            self._watch_epoch += 1
 
     def _kill(self, pod: str) -> None:
         with self.lock:
@@ -318,7 +371,9 @@ class Cluster:
             if "value" in entry:
                 env[entry["name"]] = entry["value"]
                 continue
-            ref = entry["valueFrom"]["secretKeyRef"]
+            ref = (entry.get("valueFrom") or {}).get("secretKeyRef")
+            if ref is None:  # configMapKeyRef, fieldRef, resourceFieldRef: not modelled, never resolved
+                return None
             secret = self.get("secrets", namespace, ref["name"])
             if secret is None or ref["key"] not in (secret.get("data") or {}):
                 return None
@@ -398,6 +453,8 @@ class Cluster:
                 self._watch(resource, ns, selector, since, timeout), media_type="application/json"
             )
         items, version = await asyncio.to_thread(self.listing, resource, ns, selector)
+        with self.lock:
+            self.requests.append(Answered("list", resource, version))
         kind = KINDS[resource] + "List"
         return JSONResponse(
             {
@@ -440,7 +497,9 @@ class Cluster:
             return status(401, "Unauthorized", "Unauthorized")
         ns, name = request.path_params["ns"], request.path_params["name"]
         if request.method == "DELETE":
-            obj = await asyncio.to_thread(self.delete, resource, ns, name)
+            options = orjson.loads(await request.body() or b"{}")  # DeleteOptions, when sent
+            propagation = request.query_params.get("propagationPolicy") or options.get("propagationPolicy")
+            obj = await asyncio.to_thread(self.delete, resource, ns, name, propagation)
         else:
             obj = self.get(resource, ns, name)
         if obj is None:
@@ -476,15 +535,40 @@ class Cluster:
         self, resource: str, ns: str, selector: str | None, since: int, timeout: float
     ) -> AsyncIterator[bytes]:
         deadline = time.monotonic() + timeout
-        position = since
+        with self.lock:
+            expired = self.expire_next_watches > 0 or 0 < since < self.compacted - 1
+            if self.expire_next_watches > 0:
+                self.expire_next_watches -= 1
+            answered = Answered("watch", resource, since, bool(expired))
+            self.requests.append(answered)
+            epoch = self._watch_epoch
+            position = since
+            initial: list[dict[str, Any]] = []
+            if not since and not expired:  # no version: the current state first, then what follows
+                initial = self.listing(resource, ns, selector)[0]
+                position = self.version
+        if expired:
+            yield self._error_line(since)
+            return
+        for obj in initial:
+            yield orjson.dumps({"type": "ADDED", "object": obj}) + b"\n"
         while time.monotonic() < deadline and not self.closing:
             with self.lock:
+                cut = self._watch_epoch != epoch
                 fresh = [e for e in self.events if e.version > position]
+            if cut:  # compacted under this watch: it ends, and its version is too old to resume from
+                answered.expired = True
+                yield self._error_line(position)
+                return
             for event in fresh:
                 position = event.version
                 if event.resource == resource and event.namespace == ns and matches(event.obj, selector):
                     yield orjson.dumps({"type": event.type, "object": event.obj}) + b"\n"
             await asyncio.sleep(WATCH_POLL_S)
+
+    def _error_line(self, asked: int) -> bytes:
+        status_ = expired_status(asked, max(self.compacted, 1))
+        return orjson.dumps({"type": "ERROR", "object": status_}) + b"\n"
 
     def stop(self) -> None:
         self.closing = True
@@ -501,6 +585,14 @@ def _bound(handler: Any, resource: str) -> Any:
         return await handler(request, resource)
 
     return endpoint
+
+
+def _drop_owner(obj: dict[str, Any], uid: str) -> None:
+    refs = [ref for ref in obj["metadata"].get("ownerReferences") or [] if ref.get("uid") != uid]
+    if refs:
+        obj["metadata"]["ownerReferences"] = refs
+    else:
+        obj["metadata"].pop("ownerReferences", None)
 
 
 def _finish_job(job: dict[str, Any], outcome: str) -> None:

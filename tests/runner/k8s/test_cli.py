@@ -122,7 +122,6 @@ def test_the_demo_template_renders_a_valid_job(tmp_path: Path) -> None:
     assert {e["name"] for e in iter_env(job)} == set(env)
 
 
-@pytest.mark.slow
 def test_the_demo_agent_trains_through_jobs_for_two_steps(tmp_path: Path, cluster: KubeCluster) -> None:
     cluster.state.images.add("tether-arith-agent:dev")
     args = [

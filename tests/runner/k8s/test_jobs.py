@@ -122,7 +122,9 @@ def test_a_job_deleted_mid_run_fails_its_attempt_and_the_retry_finishes_the_roll
     async def delete_the_job(runner: Any) -> None:
         (name,) = await running_jobs(cluster, 1)
         api = kubernetes.config.new_client_from_config(config_file=str(cluster.kubeconfig))
-        await asyncio.to_thread(kubernetes.client.BatchV1Api(api).delete_namespaced_job, name, "default")
+        batch = kubernetes.client.BatchV1Api(api)
+        # As `kubectl delete job` does: the pods go with the Job (a batch/v1 Job orphans them by default).
+        await asyncio.to_thread(batch.delete_namespaced_job, name, "default", propagation_policy="Background")
         api.close()
 
     (outcome,), store = run_rollouts(
@@ -194,3 +196,34 @@ def test_stopping_the_run_deletes_its_jobs_and_secrets(
     assert cluster.state.live_jobs() == []
     assert cluster.state.listing("secrets", "default", None)[0] == []
     assert cluster.state.listing("pods", "default", None)[0] == []
+
+
+def test_an_expired_watch_is_relisted_and_watched_again_from_the_lists_version(
+    tmp_path: Path, cluster: KubeCluster, tiny_engine: Any
+) -> None:
+    """The runner's first watch is answered 410 Expired (as when the API server compacts between a list
+    and a watch), and the watch it has open while the Job runs is ended with a 410. The periodic list is
+    off, so only relisting and watching again can tell the runner how the Job ended."""
+    cluster.state.expire_next_watches = 1
+    tasks = [Task(id="t0", input={"q": "q", "say": "done", "sleep": 1.5})]
+
+    async def expire_while_running(runner: Any) -> None:
+        await running_jobs(cluster, 1)
+        cluster.state.expire_watches()
+
+    options = cluster.options(resync_s=3600.0)
+    (outcome,), store = run_rollouts(
+        tmp_path, tiny_engine, options, tasks, timeout_s=30, during=expire_while_running
+    )
+    assert outcome.status == RolloutStatus.succeeded and outcome.attempts == 1
+    assert store.get_rollout(outcome.rollout_id).output == "done"
+    answered = [r for r in cluster.state.requests if r.resource == "jobs"]
+    watches = [r for r in answered if r.verb == "watch"]
+    assert [w.expired for w in watches[:2]] == [True, True], answered  # at once, then mid-run
+    assert not watches[-1].expired
+    assert watches[-1].version >= cluster.state.compacted - 1  # from after the compaction
+    for before, request in zip(answered, answered[1:], strict=False):
+        if request.verb == "watch":  # every watch starts from the version the list before it answered
+            assert before.verb == "list" and request.version == before.version, answered
+        if before.verb == "watch" and before.expired:  # and an expired watch is followed by a relist
+            assert request.verb == "list", answered

@@ -13,7 +13,8 @@ function stopCurves() {
 pages.runs = async function (view) {
   const runs = await api.get("/runs");
   const chart = el("div", { id: "chart", class: "chart", "data-points": "0" });
-  const curves = new RunCurves(chart);
+  const poolsChart = el("div", { id: "pools-chart", class: "chart", "data-points": "0" });
+  const curves = new RunCurves(chart, poolsChart);
   activeCurves = curves;
   const withMetrics = runs.filter((run) => run.has_metrics);
   const selected = new Set(withMetrics.slice(-1).map((run) => run.name));
@@ -51,6 +52,7 @@ pages.runs = async function (view) {
   view.replaceChildren(
     el("h1", {}, "Runs"),
     el("section", { class: "card" }, el("h2", {}, "Reward and held-out accuracy"), chart),
+    el("section", { class: "card", id: "pools", hidden: true }, el("h2", {}, "Curriculum pools (tasks)"), poolsChart),
     el(
       "div",
       { class: "scroll" },

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from tether.gateway.errors import GatewayError
+from tether.sampling import Sampler
 
 CallKind = Literal["chat", "completions"]
 
@@ -31,6 +32,9 @@ class CallRecord:
     prompt_token_ids: list[int] | None = None
     usage: dict[str, Any] = field(default_factory=dict)
     policy_version: int | None = None
+    # The distribution the choices' tokens were drawn from, which their logprobs are under (None: the
+    # upstream cannot say, e.g. a hosted API).
+    sampler: Sampler | None = None
 
 
 class Upstream(Protocol):

@@ -6,6 +6,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncGenerator
+from dataclasses import replace
 from typing import Any
 
 from tether.engines.base import Engine, Generation, GenerationDone, SamplingParams
@@ -76,7 +77,18 @@ def sampling_params(body: dict[str, Any], prompt_len: int, context: int) -> Samp
         top_p=_number(body, "top_p", 1.0, 0.0, 1.0),
         stop=_stop_list(body.get("stop")),
         seed=seed,
+        top_k=_top_k(body),
     )
+
+
+def _top_k(body: dict[str, Any]) -> int:
+    """`top_k` (a vLLM extension of the OpenAI API): 0 or -1 mean no cut."""
+    value = body.get("top_k")
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < -1:
+        raise GatewayError(400, "'top_k' must be -1, 0 (no cut) or a positive integer", param="top_k")
+    return max(value, 0)
 
 
 def _choice_count(body: dict[str, Any]) -> int:
@@ -139,9 +151,7 @@ class EngineUpstream:
         per_choice = []
         for index in range(n):
             seed = None if params.seed is None else params.seed + index
-            per_choice.append(
-                SamplingParams(params.max_tokens, params.temperature, params.top_p, params.stop, seed)
-            )
+            per_choice.append(replace(params, seed=seed))
         return prompt_ids, per_choice, plan
 
     async def call(self, kind: CallKind, body: dict[str, Any], *, owner: str | None = None) -> CallRecord:
@@ -158,7 +168,7 @@ class EngineUpstream:
         parsed = [_parse_choice(choice, plan) for choice in choices]
         version = min(version for _, version in results)
         response = self._response(kind, body, prompt_ids, choices, parsed)
-        return CallRecord(response, choices, prompt_ids, response["usage"], version)
+        return CallRecord(response, choices, prompt_ids, response["usage"], version, per_choice[0].sampler)
 
     def _usage(self, prompt_ids: list[int], choices: list[ChoiceRecord]) -> dict[str, int]:
         completion = sum(len(c.token_ids or []) for c in choices)
@@ -315,7 +325,7 @@ class EngineUpstream:
                 }
             )
         response = self._response(kind, body, prompt_ids, [record], [output])
-        yield CallRecord(response, [record], prompt_ids, usage, version)
+        yield CallRecord(response, [record], prompt_ids, usage, version, params.sampler)
 
     async def aclose(self) -> None:
         await asyncio.to_thread(self.engine.close)  # it joins the engine's worker thread

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import aiohttp
@@ -22,6 +22,7 @@ from tether.gateway.upstreams.base import (
     wants_logprobs,
 )
 from tether.gateway.upstreams.sse import StreamAborted, StreamAccumulator, sse, sse_events
+from tether.sampling import Sampler
 
 
 @dataclass
@@ -36,6 +37,14 @@ class HTTPUpstreamConfig:
     max_retries: int = 3
     backoff_s: float = 0.25
     policy_version: int | None = None
+    # The server's logprobs are under the distribution it sampled from (vLLM started with
+    # `--logprobs-mode processed_logprobs`, as managed replicas are): then calls at any temperature, top-p
+    # and top-k record an exact behaviour policy. Otherwise only calls at the raw distribution do.
+    processed_logprobs: bool = False
+
+
+def _float(value: Any, default: float) -> float:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else default
 
 
 RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
@@ -178,7 +187,19 @@ class HTTPUpstream:
                 )
             )
         usage = data.get("usage") or {}
-        return CallRecord(self._strip(kind, body, data), choices, prompt_ids, usage, policy_version)
+        sampler = self.sampler_of(body)
+        return CallRecord(self._strip(kind, body, data), choices, prompt_ids, usage, policy_version, sampler)
+
+    def sampler_of(self, body: dict[str, Any]) -> Sampler:
+        """The distribution a call was sampled from, by the OpenAI defaults for what it leaves out (the
+        server must not add defaults of its own: managed vLLM runs with `--generation-config vllm`)."""
+        sampler = Sampler(
+            temperature=_float(body.get("temperature"), 1.0),
+            top_p=_float(body.get("top_p"), 1.0),
+            top_k=max(int(body.get("top_k") or 0), 0) if isinstance(body.get("top_k"), int) else 0,
+        )
+        exact = self.config.processed_logprobs or not sampler.processed
+        return sampler if exact else replace(sampler, exact=False)
 
     async def stream(
         self, kind: CallKind, body: dict[str, Any], *, owner: str | None = None
@@ -209,7 +230,9 @@ class HTTPUpstream:
             raise UpstreamError(502, f"upstream '{self.name}' broke off its stream: {exc}") from exc
         finally:
             response.release()
-        yield acc.record(target.policy_version)
+        record = acc.record(target.policy_version)
+        record.sampler = self.sampler_of(body)
+        yield record
 
     async def aclose(self) -> None:
         if self._session is not None:

@@ -151,6 +151,13 @@ class LaunchSpec:
             "hermes",  # <tool_call>{json}</tool_call>: the format of our template
         ]
         given = set(self.extra_args)
+        # Logprobs under the distribution each token was drawn from (temperature, top-k, top-p applied),
+        # and no sampling defaults from the model's generation_config beyond what a call asks for: the
+        # gateway records each call's sampler from its request, and the learner scores that.
+        if "--logprobs-mode" not in given:
+            args += ["--logprobs-mode", "processed_logprobs"]
+        if "--generation-config" not in given:
+            args += ["--generation-config", "vllm"]
         if "--max-model-len" not in given:
             args += ["--max-model-len", str(self.max_model_len)]
         if not install.cuda and "--dtype" not in given:

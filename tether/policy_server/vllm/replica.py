@@ -112,6 +112,7 @@ class Capabilities:
     pause: bool
     token_ids: bool
     problems: tuple[str, ...]
+    processed_logprobs: bool = False  # logprobs are under the sampling distribution (verified)
 
 
 def check_capabilities(replica: Replica) -> Capabilities:
@@ -126,7 +127,23 @@ def check_capabilities(replica: Replica) -> Capabilities:
         lora = _probe_lora(client, problems)
         pause = client.get("/is_paused").status_code == 200
         ids = _probe_token_ids(client, base, problems)
-    return Capabilities(base, lora, pause, ids, tuple(problems))
+        processed = _probe_processed_logprobs(client, base)
+    return Capabilities(base, lora, pause, ids, tuple(problems), processed)
+
+
+def _probe_processed_logprobs(client: httpx.Client, base: str) -> bool:
+    """Whether the server returns logprobs of the processed distribution (`--logprobs-mode
+    processed_logprobs`). With top-k 1 only the top token is left: processed, its logprob is 0; raw,
+    it is the raw softmax's, below 0 for a prompt whose next token is uncertain."""
+    body = {"model": base, "prompt": "Colours: red,", "max_tokens": 1, "top_k": 1, "logprobs": 0}
+    response = client.post("/v1/completions", json=body)
+    if response.status_code >= 400:
+        return False
+    choice = (response.json().get("choices") or [{}])[0]
+    logprobs = (choice.get("logprobs") or {}).get("token_logprobs")
+    if not isinstance(logprobs, list) or not logprobs:
+        return False
+    return abs(float(logprobs[0])) < 1e-4
 
 
 def _probe_lora(client: httpx.Client, problems: list[str]) -> bool:

@@ -54,6 +54,7 @@ class VLLMPolicyServer:
         base_model: str,
         use_pause: bool,
         on_wait: Callable[[float, str], None] | None = None,
+        processed_logprobs: bool = True,
     ) -> None:
         self.name = name
         self.replicas = list(replicas)
@@ -75,6 +76,7 @@ class VLLMPolicyServer:
                     request_token_ids=True,
                     policy_version=0,
                     max_retries=2,
+                    processed_logprobs=processed_logprobs,
                 )
             )
             for index, replica in enumerate(self.replicas)
@@ -253,6 +255,14 @@ def connect_external(urls: Sequence[str], *, name: str, need_pause: bool = False
         ]
     if problems:
         raise VLLMSetupError("the vLLM servers cannot serve a trained policy:\n  " + "\n  ".join(problems))
+    for replica, found in zip(replicas, capabilities, strict=True):
+        if not found.processed_logprobs:
+            log.warning(
+                "%s returns raw logprobs: calls sampled at a temperature other than 1 (or with top-p, "
+                "top-k) cannot be trained on; start vLLM with --logprobs-mode processed_logprobs "
+                "--generation-config vllm",
+                replica.url,
+            )
     models = {c.base_model for c in capabilities}
     if len(models) > 1:
         raise VLLMSetupError(f"the vLLM servers serve different base models: {', '.join(sorted(models))}")
@@ -261,6 +271,7 @@ def connect_external(urls: Sequence[str], *, name: str, need_pause: bool = False
         name=name,
         base_model=capabilities[0].base_model,
         use_pause=all(c.pause for c in capabilities),
+        processed_logprobs=all(c.processed_logprobs for c in capabilities),
     )
 
 

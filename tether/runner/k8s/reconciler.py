@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
+from http import HTTPStatus
 from typing import Any
 
 from kubernetes.client.rest import ApiException
@@ -213,8 +214,12 @@ class Reconciler:
             self._vanished({job.metadata.name for job in jobs}, listed_at)
 
     def _watch(self) -> None:
-        """The watch thread: lists, then follows events from that resourceVersion; relists on expiry."""
+        """The watch thread: lists, then follows events from that resourceVersion. The watch ends at
+        its timeout, or with a 410 Gone when its resourceVersion expired (the API server compacted past
+        it): either way the next pass relists, so what changed meanwhile is seen, and watches from the
+        list's version, at once after a first 410. Other errors, and a 410 again, relist after a backoff."""
         delay = BACKOFF_FIRST_S
+        expired_last = False
         while not self._stopping.is_set():
             try:
                 jobs, version = self.kube.list_jobs(self.selector)
@@ -226,7 +231,19 @@ class Reconciler:
                     if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
                         self._post(event["object"], event["type"] == "DELETED")
                 delay = BACKOFF_FIRST_S
-            except Exception as exc:  # a 410 Gone (expired version) or a dropped connection: relist
+                expired_last = False
+            except ApiException as exc:
+                if self._stopping.is_set():
+                    return
+                if exc.status == HTTPStatus.GONE and not expired_last:  # nothing is wrong: relist now
+                    log.info("the watch's resourceVersion expired (%s); relisting", api_error(exc))
+                    expired_last = True
+                    continue
+                expired_last = exc.status == HTTPStatus.GONE
+                log.info("watching the run's Jobs: %s; relisting", api_error(exc))
+                self._stopping.wait(delay)
+                delay = min(delay * 2, BACKOFF_MAX_S)
+            except Exception as exc:  # a dropped connection: relist after a backoff
                 if self._stopping.is_set():
                     return
                 log.info("watching the run's Jobs: %s; relisting", exc)

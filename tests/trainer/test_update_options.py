@@ -1,0 +1,112 @@
+"""More from each batch: several optimizer steps per batch, token-level aggregation, masked importance
+weights, and the processed distribution in the learner (tiny-random, no gateway)."""
+
+# ruff: noqa: F811  (the fixtures one_thread and tiny_path come from test_policy, and are used by name)
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.trainer.test_policy import (  # noqa: F401  (one_thread and tiny_path are fixtures)
+    BAD,
+    GOOD,
+    make,
+    one_thread,
+    record_own_logprobs,
+    same_params,
+    tiny_path,
+    trainable,
+)
+from tether.algorithms import Sample
+from tether.sampling import Sampler
+from tether.trainer import PolicyTrainer, TrainConfig
+
+LONG = GOOD + GOOD  # 8 tokens against BAD's 3
+
+
+def on_policy(trainer: PolicyTrainer, *advantages_and_responses: tuple[float, list[int]]) -> list[Sample]:
+    items = [make(f"r{i}", response) for i, (_, response) in enumerate(advantages_and_responses)]
+    record_own_logprobs(trainer, items)
+    return [
+        Sample(t, advantage=a, weight=1.0) for t, (a, _) in zip(items, advantages_and_responses, strict=True)
+    ]
+
+
+def test_loss_aggregation_by_rollout_or_by_token(tiny_path: Path) -> None:
+    # At ratio 1 the surrogate is -A per token. By rollout: (-1 + 1) / 2 = 0; by token: (-8 + 3) / 11.
+    for loss_agg, expected in (("rollout", 0.0), ("token", -5 / 11)):
+        trainer = PolicyTrainer(TrainConfig(model=str(tiny_path), loss_agg=loss_agg))
+        metrics = trainer.step(on_policy(trainer, (1.0, LONG), (-1.0, BAD)))
+        assert metrics.policy_loss == pytest.approx(expected, abs=1e-5)
+
+
+def test_epochs_and_mini_batches_take_more_optimizer_steps(tiny_path: Path) -> None:
+    def gain(**options: object) -> tuple[float, int, float]:
+        trainer = PolicyTrainer(TrainConfig(model=str(tiny_path), lr=2e-3, **options))  # type: ignore[arg-type]
+        samples = on_policy(trainer, (1.0, GOOD), (-1.0, BAD), (1.0, GOOD), (-1.0, BAD))
+        before = sum(trainer.logprobs([samples[0].transition])[0])
+        metrics = trainer.step(samples)
+        after = sum(trainer.logprobs([samples[0].transition])[0])
+        return after - before, metrics.optimizer_steps, metrics.mean_ratio
+
+    one, steps, ratio = gain()
+    assert steps == 1 and ratio == pytest.approx(1.0, abs=1e-6)
+    many, steps, ratio = gain(ppo_epochs=2, mini_batches=2)
+    assert steps == 4
+    assert 0 < one < many  # the rewarded response gains more from four steps than from one
+    assert ratio != pytest.approx(1.0, abs=1e-6)  # later mini-batches of the first pass moved already
+
+
+def test_masked_mode_drops_tokens_outside_the_band(tiny_path: Path) -> None:
+    trainer = PolicyTrainer(TrainConfig(model=str(tiny_path), tis_mode="mask", tis_cap=2.0))
+    samples = on_policy(trainer, (1.0, GOOD), (-1.0, BAD))
+    for sample in samples:  # recorded 1.0 lower: weight e > 2 for every token
+        sample.transition.response_logprobs = [lp - 1.0 for lp in sample.transition.response_logprobs]
+    start = trainable(trainer)
+    metrics = trainer.step(samples)
+    assert metrics.masked_fraction == 1.0 and metrics.truncated_fraction == 0.0
+    assert metrics.policy_loss == 0.0 and metrics.grad_norm == 0.0
+    assert same_params(start, trainable(trainer))
+
+    truncating = PolicyTrainer(TrainConfig(model=str(tiny_path), tis_cap=2.0))
+    shifted = on_policy(truncating, (1.0, GOOD), (-1.0, BAD))
+    for sample in shifted:
+        sample.transition.response_logprobs = [lp - 1.0 for lp in sample.transition.response_logprobs]
+    assert truncating.step(shifted).truncated_fraction == 1.0
+
+
+def test_learner_scores_the_processed_distribution(tiny_path: Path) -> None:
+    trainer = PolicyTrainer(TrainConfig(model=str(tiny_path)))
+    raw = make("r", GOOD)
+    hot = replace(raw, sampler=Sampler(temperature=0.5))
+    cut = replace(raw, sampler=Sampler(temperature=1.0, top_k=5))
+    raw_lp, hot_lp, cut_lp = trainer.logprobs([raw, hot, cut])
+    with torch.no_grad():
+        logits = trainer.scorer(*_inputs(trainer, raw))[0]
+    targets = torch.tensor(GOOD)
+    expected_hot = torch.log_softmax(logits / 0.5, -1).gather(-1, targets[:, None]).squeeze(-1)
+    assert hot_lp == pytest.approx(expected_hot.tolist(), abs=1e-5)
+    # top-k renormalizes over 5 tokens (plus the sampled one when it falls outside): never below raw.
+    assert all(c >= r - 1e-6 for c, r in zip(cut_lp, raw_lp, strict=True))
+    assert all(math.isfinite(v) for v in cut_lp)
+
+
+def _inputs(trainer: PolicyTrainer, transition):  # noqa: ANN001, ANN202
+    from tether.trainer.policy import collate
+
+    mb = collate([transition], [0], trainer.pad_id)
+    return mb.input_ids, mb.attention_mask, mb.position_ids, mb.targets.shape[1]
+
+
+def test_update_options_are_checked() -> None:
+    with pytest.raises(ValueError, match="loss_agg"):
+        TrainConfig(model="tiny-random", loss_agg="sequence")
+    with pytest.raises(ValueError, match="ppo_epochs"):
+        TrainConfig(model="tiny-random", ppo_epochs=0)
+    with pytest.raises(ValueError, match="tis_cap must be above 1"):
+        TrainConfig(model="tiny-random", tis_mode="mask", tis_cap=None)
