@@ -11,8 +11,8 @@ Asserted is what the examples' figures claim, where it is sound at this size:
 - rag's answer term, F1 without the 0.2 format term, beats the base's by a margin: the lower end of the
   paired 95% bootstrap interval of (after SFT - base) per question is above 0. Measured: F1 0.109 ->
   0.625 on the 8 questions (5 exact answers), interval 0.19 to 0.82; it stays above 0 down to 3 exact.
-- sql's answer term (execution match, all of its reward) is not asserted: about 1 of 20 held-out
-  questions is right after 8 updates, no margin at all. Its score, with intervals, is in the summary.
+- sql's answer term (execution match, all of its reward) is not asserted: 1 to 5 of 20 held-out
+  questions were right after 8 updates in three runs, no margin. Its score, with intervals, is in the summary.
 - no held-out task reached the teacher, by content: no teacher conversation asks a held-out question,
   no teacher reply gives a held-out gold answer, and no validation call was answered by the teacher.
 
@@ -43,9 +43,23 @@ ROOT = Path(__file__).resolve().parents[2]
 SFT_STEPS = 8
 
 # Sizes that fit a test: fewer SFT updates, one RL step, one seed, smaller held-out sets than the examples'.
+# The teacher demonstrates fewer train tasks (8 updates of 4 take 32 demonstrations: two passes over sql's
+# 16, one and a third over rag's 24, whose rollouts each load the embedding model).
 SHORT = {
-    "sql": {"SQL_SFT_STEPS": str(SFT_STEPS), "SQL_SFT_BATCH": "4", "SQL_LR": "5e-4", "SQL_VAL": "20"},
-    "rag": {"RAG_SFT_STEPS": str(SFT_STEPS), "RAG_SFT_BATCH": "4", "RAG_LR": "5e-4", "RAG_VAL": "8"},
+    "sql": {
+        "SQL_SFT_STEPS": str(SFT_STEPS),
+        "SQL_SFT_BATCH": "4",
+        "SQL_LR": "5e-4",
+        "SQL_VAL": "10",
+        "SQL_DEMOS": "16",
+    },
+    "rag": {
+        "RAG_SFT_STEPS": str(SFT_STEPS),
+        "RAG_SFT_BATCH": "4",
+        "RAG_LR": "5e-4",
+        "RAG_VAL": "8",
+        "RAG_DEMOS": "24",
+    },
 }
 SQL_BLOCK = re.compile(r"\s*```sql[ \t]*\n\s*(?:select|with)\b[^`]*```", re.IGNORECASE)
 
@@ -130,7 +144,7 @@ def test_the_short_pipeline_learns_answers_and_format_after_sft_without_the_teac
         env=env,
         capture_output=True,
         text=True,
-        timeout=2400,  # sql measured over 1500 s with the rest of the suite idle (20 + 20 + 20 validations)
+        timeout=2400,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert_claims(name, project, done.stdout)

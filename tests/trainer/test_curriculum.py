@@ -24,7 +24,7 @@ from tether.trainer.curriculum import (
     add_curriculum_args,
     curriculum_config,
 )
-from tether.trainer.loop import TaskCursor
+from tether.trainer.cursor import TaskCursor
 
 RUN = "train-run"
 TASKS = [Task(id=f"t{i}", input={"question": f"q{i}"}) for i in range(6)]

@@ -15,7 +15,8 @@ import torch
 from tether.auth import TokenAuthority
 from tether.runner import CallableAgent
 from tether.store import SQLiteStore, Task
-from tether.trainer.loop import TaskCursor, Trainer, TrainerConfig
+from tether.trainer.cursor import TaskCursor
+from tether.trainer.loop import Trainer, TrainerConfig
 from tether.trainer.policy import PolicyTrainer, TrainConfig
 
 

@@ -37,13 +37,13 @@ from __future__ import annotations
 
 import argparse
 import logging
-import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from tether.contracts import Meta
 from tether.store import RolloutStatus, Store, Task
 from tether.store.models import RolloutQuery, RolloutRow
+from tether.trainer.cursor import TaskCursor, shuffled_order
 
 log = logging.getLogger(__name__)
 
@@ -281,13 +281,6 @@ def _pool_of(state: _TaskState, config: CurriculumConfig) -> str:
     return "mixed" if any(recent) and not all(recent) else "active"
 
 
-def _shuffled(count: int, seed: int, epoch: int) -> list[int]:
-    """TaskCursor's order of an epoch."""
-    order = list(range(count))
-    random.Random(seed * 1_000_003 + epoch).shuffle(order)
-    return order
-
-
 def _states(history: Sequence[_Row], rows: Sequence[_Row], before: int | None) -> dict[str, _TaskState]:
     """Each task's outcomes (history, then this run's rollouts enqueued before step `before`) and the
     step that last took it."""
@@ -394,11 +387,9 @@ class Curriculum:
     # -- internals -----------------------------------------------------------------------------------
 
     def _take_shuffled(self, count: int) -> list[Task]:
-        picked = []
-        for _ in range(count):
-            epoch, index = divmod(self.position, len(self.tasks))
-            picked.append(self.tasks[_shuffled(len(self.tasks), self.seed, epoch)[index]])
-            self.position += 1
+        cursor = TaskCursor(self.tasks, self.seed, self.position)
+        picked = cursor.take(count)
+        self.position = cursor.position
         return picked
 
     def _read_states(self) -> dict[str, _TaskState]:
@@ -429,7 +420,7 @@ class Curriculum:
         self._pools = self._count(states)
         now = self._now(states)
         epoch = self.position // len(self.tasks)
-        rank = {index: r for r, index in enumerate(_shuffled(len(self.tasks), self.seed, epoch))}
+        rank = {index: r for r, index in enumerate(shuffled_order(len(self.tasks), self.seed, epoch))}
         keyed: list[tuple[int, int, int, int]] = []
         parked: list[tuple[int, int, int, int]] = []
         for index, task in enumerate(self.tasks):

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
-import random
 import shutil
 import statistics
 import time
@@ -25,7 +24,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 import httpx
 import orjson
@@ -51,12 +50,12 @@ from tether.stack import local_stack
 from tether.store import RolloutRequest, Store, Task
 from tether.trainer.config import TrainConfig
 from tether.trainer.curriculum import Curriculum, CurriculumConfig, CurriculumExhausted
+from tether.trainer.cursor import TaskCursor
 from tether.trainer.learner import Learner, TrainingDiverged, open_learner
 from tether.trainer.metrics import MetricsLog
 from tether.trainer.stages import stage_stats
 
 console = Console(stderr=True)
-Item = TypeVar("Item")
 VAL_SAMPLES_LOGGED = 8  # rollouts of each validation in the W&B samples table
 POLICY_VERSIONS_KEPT = 3  # policy folders kept on disk: the served one, the one before, the next
 
@@ -176,29 +175,6 @@ class FitResult:
     val_after: float | None
     steps: int
     history: list[dict[str, Any]]
-
-
-class TaskCursor(Generic[Item]):
-    """Walks the training tasks (or any items) in a seeded shuffled order, epoch after epoch; its
-    position is saved."""
-
-    def __init__(self, tasks: Sequence[Item], seed: int, position: int = 0) -> None:
-        self.tasks = list(tasks)
-        self.seed = seed
-        self.position = position
-
-    def _order(self, epoch: int) -> list[int]:
-        order = list(range(len(self.tasks)))
-        random.Random(self.seed * 1_000_003 + epoch).shuffle(order)
-        return order
-
-    def take(self, count: int) -> list[Item]:
-        picked = []
-        for _ in range(count):
-            epoch, index = divmod(self.position, len(self.tasks))
-            picked.append(self.tasks[self._order(epoch)[index]])
-            self.position += 1
-        return picked
 
 
 class Trainer:
