@@ -1,5 +1,6 @@
-"""Names shared across packages, defined once: span names and attributes, rollout metadata keys, and the
-training algorithms. The gateway writes what the adapters, the runner and the CLI read back."""
+"""Names shared across packages, defined once: span names and attributes, rollout metadata keys, the
+training algorithms, and the environment variables secrets are read from. The gateway writes what the
+adapters, the runner and the CLI read back."""
 
 from __future__ import annotations
 
@@ -93,3 +94,12 @@ class Meta:
 ADVANTAGE_METHODS: Final = ("grpo", "drgrpo", "rloo")
 ALGORITHMS: Final = (*ADVANTAGE_METHODS, "sft")
 PROMPT_ALGORITHMS: Final = ("apo", "pareto")
+
+# -- secrets from the environment (never Tether's command line: docs/security.md) --------------------
+
+UPSTREAM_KEY_ENV: Final = "TETHER_UPSTREAM_KEY"  # the API key for --upstream (or --upstream-key-file)
+OPTIMIZER_KEY_ENV: Final = "TETHER_OPTIMIZER_KEY"  # for --optimizer-endpoint (or --optimizer-key-file)
+# PostgreSQL's client (libpq, under psycopg) reads a store's password from these.
+POSTGRES_PASSWORD_ENV: Final = ("PGPASSWORD", "PGPASSFILE")
+# Every variable that carries (or points at) a secret of the operator's; an agent never inherits one.
+SECRET_ENV: Final = (UPSTREAM_KEY_ENV, OPTIMIZER_KEY_ENV, *POSTGRES_PASSWORD_ENV, "WANDB_API_KEY")

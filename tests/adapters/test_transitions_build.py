@@ -200,6 +200,7 @@ def test_merge_with_exact_prefix_masks_the_observation(store: SQLiteStore) -> No
     assert merged.response_logprobs == logprobs_for(R1) + [0.0] * len(OBS) + logprobs_for(R2) + [-0.5]
     assert merged.span_ids == [first.span_id, second.span_id, third.span_id]
     assert merged.policy_version == 2 and merged.merged_calls == 3 and merged.trained_tokens == 6
+    assert merged.response_versions == [3] * 3 + [None] * len(OBS) + [2, 2] + [None]
     assert "2 calls merged" in report.summary()
 
 
@@ -247,6 +248,14 @@ def test_policy_version_of_merged_calls_is_the_minimum_known_one(store: SQLiteSt
     )
     (merged,) = build_transitions(store, [rollout], merge=True).transitions
     assert merged.policy_version == 5 and merged.loss_mask == [1] * 5
+    assert merged.response_versions == [None] * 3 + [5] * 2
+
+
+def test_no_known_version_leaves_the_token_versions_empty(store: SQLiteStore) -> None:
+    rollout = running_rollout(store)
+    store.add_spans([call_span(rollout.id, P1, R1, policy_version=None)])
+    (transition,) = build_transitions(store, [rollout]).transitions
+    assert transition.policy_version is None and transition.response_versions == []
 
 
 def test_summary_names_counts_and_reasons(store: SQLiteStore) -> None:

@@ -8,11 +8,14 @@ import asyncio
 import json
 import logging
 import os
+import pwd
+import shlex
 import shutil
 import stat
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -39,7 +42,7 @@ def mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
 
 
-def probe(agent: CommandAgent) -> dict[str, object]:
+def probe(agent: CommandAgent) -> Any:
     result = asyncio.run(agent.run({}, {"TETHER_ROLLOUT_ID": "ro-1"}, LLM_STUB, 30))
     assert result.error is None, result.stderr
     return json.loads(result.output or "{}")
@@ -112,3 +115,20 @@ def test_an_agent_run_as_another_user_cannot_read_the_secret() -> None:
 def test_an_unknown_agent_user_is_refused_up_front() -> None:
     with pytest.raises(ValueError, match="no such user"):
         CommandAgent("true", user="no-such-user-here")
+
+
+GROUPS = "import json, os; print(json.dumps([os.getuid(), os.getgid(), os.getegid(), os.getgroups()]))"
+
+
+def test_an_agent_run_as_another_user_keeps_none_of_roots_groups() -> None:
+    # `user=` alone would keep Tether's groups (root's gid 0 among them): the agent gets the user's
+    # primary group and no supplementary group at all.
+    uid, gid, egid, groups = probe(CommandAgent(f"/usr/bin/python3 -c {shlex.quote(GROUPS)}", user="nobody"))
+    nobody = pwd.getpwnam("nobody")
+    assert (uid, gid, egid, groups) == (nobody.pw_uid, nobody.pw_gid, nobody.pw_gid, [])
+    assert 0 not in (uid, gid, egid, *groups)
+
+
+def test_a_user_of_group_root_is_refused_as_agent_user() -> None:
+    with pytest.raises(ValueError, match="uid or primary group is 0"):
+        CommandAgent("true", user="root")

@@ -25,8 +25,9 @@ the next call's prompt starts with exactly the sequence so far (prompt + every r
 prompt tokens (tool output, the next user turn, chat-template tokens) join the response with loss mask 0
 and logprob 0.0. A failed call does not break a chain (the agent usually retries the same prompt); any
 other call that cannot extend it does, counted in `merge_breaks` by reason (a call sampled with other
-parameters too: a transition is scored under one distribution). A merged transition's
-`policy_version` is the lowest version among its calls (the most off-policy one), ignoring unknown ones.
+parameters too: a transition is scored under one distribution). Each response token carries the version
+of the call that generated it (`response_versions`); a merged transition's `policy_version` is the lowest
+of them (the most off-policy one), ignoring unknown ones.
 """
 
 from __future__ import annotations
@@ -115,7 +116,7 @@ class _Chain:
     logprobs: list[float]
     loss_mask: list[int]
     span_ids: list[str]
-    versions: list[int]
+    token_versions: list[int | None]
 
     @classmethod
     def start(cls, call: _Call) -> _Chain:
@@ -125,7 +126,7 @@ class _Chain:
             logprobs=list(call.logprobs),
             loss_mask=[1] * len(call.response_ids),
             span_ids=[call.span.span_id],
-            versions=[] if call.policy_version is None else [call.policy_version],
+            token_versions=[call.policy_version] * len(call.response_ids),
         )
 
     def sequence_length(self) -> int:
@@ -148,10 +149,13 @@ class _Chain:
         self.logprobs += [0.0] * len(observation) + call.logprobs
         self.loss_mask += [0] * len(observation) + [1] * len(call.response_ids)
         self.span_ids.append(call.span.span_id)
-        if call.policy_version is not None:
-            self.versions.append(call.policy_version)
+        self.token_versions += [None] * len(observation) + [call.policy_version] * len(call.response_ids)
+
+    def known_versions(self) -> list[int]:
+        return [version for version in self.token_versions if version is not None]
 
     def transition(self, rollout: Rollout, reward: float, step_rewards: dict[str, float]) -> Transition:
+        known = self.known_versions()
         return Transition(
             rollout_id=rollout.id,
             task_id=rollout.task_id,
@@ -159,7 +163,7 @@ class _Chain:
             attempt=self.first.attempt,
             call_index=self.first.index,
             agent=self.first.agent,
-            policy_version=min(self.versions) if self.versions else None,
+            policy_version=min(known) if known else None,
             prompt_ids=list(self.first.prompt_ids),
             response_ids=self.response_ids,
             response_logprobs=self.logprobs,
@@ -169,6 +173,7 @@ class _Chain:
             span_ids=self.span_ids,
             mode=rollout.mode,
             sampler=self.first.sampler,
+            response_versions=self.token_versions if known else [],
         )
 
 

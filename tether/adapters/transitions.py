@@ -38,6 +38,10 @@ class Transition:
     # The distribution the response tokens were drawn from and their logprobs are under; the learner
     # scores them under the same one (`tether.sampling`).
     sampler: Sampler = RAW
+    # Per response token, the policy version of the call that generated it (None for context tokens and
+    # for calls of unknown version); empty when no call's version is known. A merged transition's calls
+    # may come from different versions: staleness is judged per token (`stale_tokens_masked`).
+    response_versions: list[int | None] = field(default_factory=list)
 
     @property
     def merged_calls(self) -> int:
@@ -46,6 +50,13 @@ class Transition:
     @property
     def trained_tokens(self) -> int:
         return sum(self.loss_mask)
+
+    def trained_versions(self) -> list[int]:
+        """The known policy versions of the trained tokens, one per token."""
+        if not self.response_versions:
+            return []
+        pairs = zip(self.loss_mask, self.response_versions, strict=True)
+        return [version for mask, version in pairs if mask and version is not None]
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

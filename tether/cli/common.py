@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
+from tether.cli.secrets import UPSTREAM_KEY, add_secret_arg, secret_value
 from tether.contracts import POLICY_UPSTREAM
 from tether.gateway import EngineUpstream, HTTPUpstream, HTTPUpstreamConfig
 
@@ -38,7 +39,7 @@ def add_policy_args(parser: argparse.ArgumentParser, default_model: str = "smoll
         metavar="URL",
         help="forward calls to this OpenAI-compatible base URL instead of the built-in engine",
     )
-    parser.add_argument("--upstream-key", metavar="KEY", help="API key for --upstream")
+    add_secret_arg(parser, UPSTREAM_KEY)
     parser.add_argument("--upstream-model", metavar="NAME", help="model name to send to --upstream")
     parser.add_argument(
         "--upstream-token-ids",
@@ -178,7 +179,7 @@ def policy_upstream(args: argparse.Namespace, console: Console) -> EngineUpstrea
             HTTPUpstreamConfig(
                 name=POLICY_UPSTREAM,
                 base_url=args.upstream,
-                api_key=args.upstream_key,
+                api_key=secret_value(args, UPSTREAM_KEY),
                 model=args.upstream_model,
                 request_token_ids=args.upstream_token_ids,
             )
@@ -194,9 +195,9 @@ def add_store_arg(parser: argparse.ArgumentParser) -> None:
         "--store",
         metavar="URL",
         default=None,
-        help="the store: a SQLite file path or sqlite:///PATH, memory:, postgresql://USER@HOST:PORT/DB, "
-        f"or http(s)://HOST:PORT of a `tether serve` (default: ${STORE_ENV}, else .tether/store.db of "
-        "the project)",
+        help="the store: a SQLite file path or sqlite:///PATH, memory:, postgresql://USER@HOST:PORT/DB "
+        f"(never a password here: PGPASSWORD, ~/.pgpass or ${STORE_ENV}), or http(s)://HOST:PORT of a "
+        f"`tether serve` (default: ${STORE_ENV}, else .tether/store.db of the project)",
     )
     parser.add_argument(
         "--project-dir", default=None, help="project directory holding .tether/ (default: cwd)"

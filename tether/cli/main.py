@@ -7,6 +7,7 @@ import sys
 
 from tether import __version__
 from tether.cli import optimize_cmd, plot_cmd, rollout_cmd, serve, store_cmd, train_cmd, transitions_cmd
+from tether.cli.secrets import refuse_secrets
 from tether.engines.openmp import prefer_passive_waiting
 
 
@@ -32,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     prefer_passive_waiting()
+    refuse_secrets(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     try:
         return int(args.command_main(args) or 0)

@@ -37,6 +37,7 @@ from tether.cli.common import (
     serving_policy,
 )
 from tether.cli.rollout_cmd import add_runner_args, command_settings, load_inputs, progress_bar, runner_config
+from tether.cli.secrets import OPTIMIZER_KEY, add_secret_arg, secret_value
 from tether.contracts import DEFAULT_ROUTE, POLICY_UPSTREAM, PROMPT_ALGORITHMS
 from tether.gateway import HTTPUpstream, HTTPUpstreamConfig
 from tether.gateway.upstreams import Upstream
@@ -75,7 +76,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="OpenAI-compatible base URL of the optimizer model, or 'policy' for the policy itself",
     )
     parser.add_argument("--optimizer-model", metavar="NAME", help="model name for the optimizer endpoint")
-    parser.add_argument("--optimizer-key", metavar="KEY", help="API key for the optimizer endpoint")
+    add_secret_arg(parser, OPTIMIZER_KEY)
     parser.add_argument("--optimizer-temperature", type=float, default=0.7)
     parser.add_argument("--optimizer-max-tokens", type=int, default=1024, help="longest optimizer answer")
     parser.add_argument("--algorithm", choices=list(PROMPT_ALGORITHMS), default="apo")
@@ -243,7 +244,7 @@ def _optimizer_route(args: argparse.Namespace) -> tuple[list[Upstream], dict[str
         HTTPUpstreamConfig(
             name=OPTIMIZER_AGENT,
             base_url=args.optimizer_endpoint,
-            api_key=args.optimizer_key,
+            api_key=secret_value(args, OPTIMIZER_KEY),
             model=args.optimizer_model,
             request_logprobs=False,
         )

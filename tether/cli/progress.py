@@ -15,6 +15,8 @@ from typing import IO, Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from tether.cli.text import printable
+
 OnStep = Callable[[dict[str, Any]], None]
 
 
@@ -77,7 +79,9 @@ def step_progress(console: Console, total: int) -> Iterator[OnStep]:
             if record["kind"] != "val":
                 detail = f"reward {record['reward_mean']:.3f}  v{record['policy_version_after']}"
                 progress.update(bar, completed=record["step"], detail=detail)
-            progress.console.print(step_line(record), soft_wrap=True, highlight=False, markup=False)
+            progress.console.print(
+                printable(step_line(record)), soft_wrap=True, highlight=False, markup=False
+            )
 
         yield show
 
@@ -86,7 +90,7 @@ def _plain_lines(out: IO[str] | None) -> OnStep:
     stream = out or sys.stderr
 
     def show(record: dict[str, Any]) -> None:
-        stream.write(step_line(record) + "\n")
+        stream.write(printable(step_line(record)) + "\n")
         stream.flush()
 
     return show

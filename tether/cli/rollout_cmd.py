@@ -12,6 +12,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from tether.cli.common import (
     add_policy_args,
@@ -24,6 +25,7 @@ from tether.cli.common import (
     runner_pools,
     serving_policy,
 )
+from tether.cli.text import shown
 from tether.contracts import Meta
 from tether.project import Project
 from tether.ray import session as ray_session
@@ -223,7 +225,7 @@ def print_summary(outcomes: Sequence[RolloutOutcome], seconds: float) -> None:
     Console().print(table)
     errors = sorted({o.error for o in outcomes if o.error})
     for error in errors[:5]:
-        console.print(f"[red]error:[/] {error}")
+        console.print(Text.assemble(("error:", "red"), " ", shown(error)))  # the agent's stderr
 
 
 def run(args: argparse.Namespace) -> int:

@@ -11,8 +11,11 @@ from typing import Any
 import orjson
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from tether.cli.common import add_store_arg
+from tether.cli.secrets import STORE_TOKEN, add_secret_arg, secret_value
+from tether.cli.text import shown
 from tether.contracts import is_call_span
 from tether.project import Project
 from tether.store import NotFound, RolloutStatus, Store, StoreError, StoreOptions, open_store, rollout_reward
@@ -33,9 +36,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_store_arg(parser)
     parser.add_argument("--db", default=None, help=argparse.SUPPRESS)  # older spelling of --store PATH
     parser.add_argument("--url", default=None, help=argparse.SUPPRESS)  # older spelling of --store URL
-    parser.add_argument(
-        "--token", default=None, help="admin token for an http(s) store (default: .tether/admin_token)"
-    )
+    add_secret_arg(parser, STORE_TOKEN, otherwise=", else .tether/admin_token")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
 
     rollouts = actions.add_parser("rollouts", help="list rollouts")
@@ -84,7 +85,7 @@ def open_from_args(args: argparse.Namespace, command: str = "store") -> Store:
                 f"tether: no store database at {path} (run `tether serve` first, or check --store)"
             )
     try:
-        return open_store(url, StoreOptions(project_dir=project.root, token=args.token))
+        return open_store(url, StoreOptions(project_dir=project.root, token=secret_value(args, STORE_TOKEN)))
     except StoreError as exc:
         raise SystemExit(f"tether {command}: {exc}") from None
 
@@ -123,7 +124,7 @@ def list_rollouts(args: argparse.Namespace) -> int:
     )
     for r in rollouts:
         reward = rollout_reward(store, r) if r.status.finished else None
-        table.add_row(
+        cells = (
             r.id,
             r.run or "-",
             r.status.value,
@@ -133,6 +134,7 @@ def list_rollouts(args: argparse.Namespace) -> int:
             _time(r.created_at),
             orjson.dumps(r.input).decode()[:60],
         )
+        table.add_row(*(shown(cell) for cell in cells))
     console.print(table)
     return 0
 
@@ -157,7 +159,7 @@ def list_runs(args: argparse.Namespace) -> int:
         rollouts = store.list_rollouts(run=run, limit=ALL)
         counts = Counter(r.status.value for r in rollouts)
         detail = ", ".join(f"{status} {count}" for status, count in sorted(counts.items()))
-        console.print(f"{run}  {len(rollouts)} rollouts ({detail})")
+        console.print(shown(f"{run}  {len(rollouts)} rollouts ({detail})"))
     return 0
 
 
@@ -190,34 +192,48 @@ def _call_rows(span: Span) -> list[tuple[str, str]]:
     return rows
 
 
+def _span_rows(span: Span) -> list[tuple[str, str]]:
+    """A model call's rows; a span the agent sent may hold anything, shown as it is when it fits no row."""
+    try:
+        return _call_rows(span)
+    except (AttributeError, KeyError, TypeError, ValueError):
+        attributes = orjson.dumps(span.attributes, default=str).decode()
+        return [
+            ("call", f"{span.name} ({span.status}, origin {span.origin})"),
+            ("attributes", attributes[:400]),
+        ]
+
+
 def show_rollout(args: argparse.Namespace) -> int:
     store = open_from_args(args)
     try:
         rollout = store.get_rollout(_resolve(store, args.rollout_id))
     except NotFound as exc:
         raise SystemExit(f"tether store: {exc}") from None
-    console.print(
-        f"[bold]{rollout.id}[/]  {rollout.status.value}  task {rollout.task_id}  mode {rollout.mode}"
-    )
-    console.print(f"input: {orjson.dumps(rollout.input).decode()}")
+    # Everything below but the rollout's id may be the agent's text: shown as text, never as markup.
+    heading = f"  {rollout.status.value}  task {rollout.task_id}  mode {rollout.mode}"
+    console.print(Text.assemble((rollout.id, "bold"), shown(heading)))
+    console.print(shown(f"input: {orjson.dumps(rollout.input).decode()}"))
     if rollout.output is not None or rollout.error:
-        console.print(f"output: {rollout.output!r}  error: {rollout.error!r}")
+        console.print(shown(f"output: {rollout.output!r}  error: {rollout.error!r}"))
     for attempt in store.list_attempts(rollout.id):
         console.print(
-            f"attempt {attempt.number}: {attempt.status.value} on {attempt.worker_id}, "
-            f"started {_time(attempt.started_at)}" + (f", error {attempt.error}" if attempt.error else "")
+            shown(
+                f"attempt {attempt.number}: {attempt.status.value} on {attempt.worker_id}, "
+                f"started {_time(attempt.started_at)}" + (f", error {attempt.error}" if attempt.error else "")
+            )
         )
     for reward in store.query_rewards(rollout.id):
-        console.print(f"reward {reward.name} = {reward.value} (from {reward.source})")
+        console.print(shown(f"reward {reward.name} = {reward.value} (from {reward.source})"))
     spans = store.query_spans(rollout_id=rollout.id, limit=100000)
     console.print(f"{len(spans)} spans")
     for position, span in enumerate(spans):
         if not is_call_span(span.name):
-            console.print(f"  span {span.name} ({span.status})")
+            console.print(shown(f"  span {span.name} ({span.status})"))
             continue
         table = Table(show_header=False, title=f"model call {position + 1}", title_justify="left")
-        for key, value in _call_rows(span):
-            table.add_row(key, value)
+        for key, value in _span_rows(span):
+            table.add_row(shown(key), shown(value))
         console.print(table)
     return 0
 

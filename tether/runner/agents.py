@@ -15,6 +15,8 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from tether.contracts import SECRET_ENV
+
 OUTPUT_LIMIT_BYTES = 64 * 1024
 KILL_GRACE_S = 2.0
 
@@ -90,9 +92,10 @@ class CommandAgent:
     Each attempt starts in a fresh scratch directory of its own (removed afterwards) unless `cwd` names
     one; arguments of the template that name existing files relative to where Tether was started are made
     absolute, so `python agents/my_agent.py` works from any directory. The agent's environment keeps the
-    caller's, minus Tether's own settings that name the project or carry its admin token. With `user`,
-    the agent runs as that OS user (Tether must run as root): the isolation boundary against an agent
-    that reads files it was not given (see docs/security.md).
+    caller's, minus Tether's own settings that name the project or carry its admin token or another
+    secret. With `user`, the agent runs as that OS user, its primary group and no other group (Tether
+    must run as root): the isolation boundary against an agent that reads files it was not given (see
+    docs/security.md). Every agent runs as that same user: only a sandbox keeps agents from each other.
     """
 
     def __init__(
@@ -113,8 +116,8 @@ class CommandAgent:
         self.cwd = cwd
         self.env = dict(env or {})
         self.user = user
-        if user is not None:
-            _check_user(user)
+        # The user, group and extra_groups of create_subprocess_exec: uid, primary gid, no other group.
+        self.identity: dict[str, Any] = {} if user is None else _identity(user)
 
     def argv(self, task: dict[str, Any]) -> list[str]:
         fields = {key: value if isinstance(value, str) else str(value) for key, value in task.items()}
@@ -161,7 +164,7 @@ class CommandAgent:
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 start_new_session=True,  # its own process group, so a timeout kills its children too
-                user=self.user,
+                **self.identity,
             )
         except OSError as exc:
             return AgentResult(None, None, error=f"cannot start {argv[0]!r}: {exc.strerror or exc}")
@@ -193,7 +196,10 @@ class CommandAgent:
 
 
 # Tether's own settings, which name the project (and so its secret) or carry the admin token.
-PRIVATE_VARIABLES = frozenset({"TETHER_TOKEN", "TETHER_STORE", "TETHER_PROJECT_DIR", "TETHER_ADMIN_TOKEN"})
+# And every variable that carries one of the operator's secrets (the upstream's key, the store's password).
+PRIVATE_VARIABLES = frozenset(
+    {"TETHER_TOKEN", "TETHER_STORE", "TETHER_PROJECT_DIR", "TETHER_ADMIN_TOKEN", *SECRET_ENV}
+)
 
 
 def agent_environment(environ: Mapping[str, str]) -> dict[str, str]:
@@ -206,13 +212,21 @@ def _absolute_if_path(part: str) -> str:
     return os.path.abspath(part)
 
 
-def _check_user(user: str) -> None:
+def _identity(user: str) -> dict[str, Any]:
+    """Who an agent runs as: `user`'s uid and primary gid, and no supplementary group at all (root's gid 0
+    among them, which `user=` alone would keep). A user whose primary group is 0 is refused."""
     try:
-        pwd.getpwnam(user)
+        entry = pwd.getpwnam(user)
     except KeyError:
         raise ValueError(f"--agent-user {user!r}: no such user on this machine") from None
     if os.geteuid() != 0:
         raise ValueError("--agent-user needs Tether to run as root (it starts agents as that user)")
+    if entry.pw_uid == 0 or entry.pw_gid == 0:
+        raise ValueError(
+            f"--agent-user {user!r}: its uid or primary group is 0 (root), which can read the project's "
+            "secret: choose a user of its own group, e.g. nobody"
+        )
+    return {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": []}
 
 
 def _exit_reason(code: int | None) -> str:

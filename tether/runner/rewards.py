@@ -126,8 +126,8 @@ def _is_tool_span(span: Span) -> bool:
     )
 
 
-def _wants_json(request: dict[str, Any]) -> bool:
-    response_format = request.get("response_format") or {}
+def _wants_json(request: object) -> bool:
+    response_format = request.get("response_format") if isinstance(request, dict) else None
     return isinstance(response_format, dict) and response_format.get("type") in ("json_object", "json_schema")
 
 
@@ -137,6 +137,12 @@ def _parses(text: str) -> bool:
     except orjson.JSONDecodeError:
         return False
     return True
+
+
+def _choices(span: Span) -> list[dict[str, Any]]:
+    """A call span's choices; those of a span the agent sent may be anything, and only dicts count."""
+    choices = span.attributes.get("choices")
+    return [c for c in choices if isinstance(c, dict)] if isinstance(choices, list) else []
 
 
 def air_rewards(spans: Sequence[Span], rules: AIRRules, rollout_id: str, attempt: int) -> list[Reward]:
@@ -157,7 +163,7 @@ def air_rewards(spans: Sequence[Span], rules: AIRRules, rollout_id: str, attempt
 
     for span in spans:
         if span.name.startswith("llm."):
-            choices = span.attributes.get("choices") or []
+            choices = _choices(span)
             if rules.truncated is not None and any(c.get("finish_reason") == "length" for c in choices):
                 add("truncated", rules.truncated, span)
             # calls made in another API (Responses, Messages) keep the chat request they became

@@ -2,8 +2,9 @@
 
     sync:  [rollouts of step k with policy v_k] -> transitions -> advantages -> update -> v_{k+1}
     async: groups keep running while the trainer updates; before each update the gateway stops admitting
-           new model calls, in-flight calls drain, the adapter is swapped, and admission resumes. Samples
-           more than `max_staleness` versions old are dropped.
+           new model calls, in-flight calls drain, the adapter is swapped, and admission resumes. Tokens
+           generated more than `max_staleness` versions back are left out of the loss
+           (`tether.trainer.staleness`).
 
 The loop knows two seams, both injected or opened by name from their registries: the policy server
 (`tether.policy_server`: the version it serves, the gateway upstream, loading new weights) and the
@@ -54,6 +55,7 @@ from tether.trainer.cursor import TaskCursor
 from tether.trainer.learner import Learner, TrainingDiverged, open_learner
 from tether.trainer.metrics import MetricsLog
 from tether.trainer.stages import stage_stats
+from tether.trainer.staleness import fresh_transitions
 
 console = Console(stderr=True)
 VAL_SAMPLES_LOGGED = 8  # rollouts of each validation in the W&B samples table
@@ -612,21 +614,13 @@ class _Session:
                 if not done:
                     return
                 transitions = [t for group, _ in done for t in group]
-                fresh = [
-                    t
-                    for t in transitions
-                    if t.policy_version is None
-                    or self.server.policy_version - t.policy_version <= self.config.max_staleness
-                ]
-                stats = self._sampling_stats(transitions, [s for _, s in done])
-                stats["stale_dropped"] = len(transitions) - len(fresh)
-                stats["staleness_mean"] = (
-                    statistics.fmean(
-                        self.server.policy_version - (t.policy_version or 0) for t in transitions
-                    )
-                    if transitions
-                    else 0.0
+                fresh, staleness = fresh_transitions(
+                    transitions, self.server.policy_version, self.config.max_staleness
                 )
+                stats = self._sampling_stats(transitions, [s for _, s in done])
+                stats["stale_dropped"] = staleness.dropped
+                stats["stale_tokens_masked"] = staleness.masked_tokens
+                stats["staleness_mean"] = staleness.mean
                 await self._update(fresh, stats)
         finally:
             for task in in_flight:

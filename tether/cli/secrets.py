@@ -1,0 +1,149 @@
+"""No secret on Tether's own command line.
+
+Any process on the machine reads any other's command line (`/proc/PID/cmdline`, `ps`), an agent run as
+another user (`--agent-user`) included; another user's environment (`/proc/PID/environ`) and a `0600`
+file it cannot read. So keys and passwords come from the environment or a file: an option that would
+carry one (`--upstream-key KEY`, `--token TOKEN`, a URL with a password in it) is refused with the fix,
+before anything runs. The variables are named in `tether/contracts.py` (`SECRET_ENV`), and agents never
+inherit them (`tether/runner/agents.py`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shlex
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn
+from urllib.parse import urlsplit
+
+from tether.contracts import OPTIMIZER_KEY_ENV, UPSTREAM_KEY_ENV
+from tether.store.backends import STORE_ENV, TOKEN_ENV
+
+WHY = "where every process on this machine can read it (/proc/PID/cmdline)"
+PGPASS = "PostgreSQL's client reads the password from PGPASSWORD or ~/.pgpass (PGPASSFILE names another)"
+
+
+@dataclass(frozen=True)
+class SecretOption:
+    """A secret an option used to take as its value: now read from `env`, or the file `FLAG-file` names."""
+
+    flag: str  # the refused spelling, e.g. --upstream-key
+    env: str
+    what: str
+    file: str | None = None  # the option naming its file (default: FLAG-file)
+
+    @property
+    def file_flag(self) -> str:
+        return self.file or f"{self.flag}-file"
+
+    @property
+    def file_dest(self) -> str:
+        return self.file_flag.removeprefix("--").replace("-", "_")
+
+    def fix(self) -> str:
+        return f"set {self.env} in the environment, or give {self.file_flag} FILE (a file only you can read)"
+
+
+UPSTREAM_KEY = SecretOption("--upstream-key", UPSTREAM_KEY_ENV, "the API key for --upstream")
+OPTIMIZER_KEY = SecretOption("--optimizer-key", OPTIMIZER_KEY_ENV, "the API key for --optimizer-endpoint")
+# Not --token-file: `tether store migrate --to` would then be an ambiguous abbreviation.
+STORE_TOKEN = SecretOption("--token", TOKEN_ENV, "the admin token of an http(s) store", "--admin-token-file")
+
+# What to do instead of a password in the URL of an option; any other option: DEFAULT_FIX.
+URL_FIXES = {
+    "--store": f"set {STORE_ENV}=URL in the environment instead, or drop the password from the URL: {PGPASS}",
+    "--from": f"drop the password from the URL: {PGPASS}",
+    "--to": f"drop the password from the URL: {PGPASS}",
+    "--upstream": f"drop it from the URL: {UPSTREAM_KEY.fix()}",
+    "--optimizer-endpoint": f"drop it from the URL: {OPTIMIZER_KEY.fix()}",
+}
+DEFAULT_FIX = "give the URL without its credentials"
+VLLM_FIX = "vLLM reads its API key from VLLM_API_KEY in the environment"
+SECRET_FLAG = re.compile(r"^--?[\w.-]*(key|token|password|secret)(=|$)", re.IGNORECASE)
+OPTION = re.compile(r"^(--[\w-]+)(?:=(.*))?$", re.DOTALL)  # --flag, or --flag=value
+
+
+class _Refused(argparse.Action):
+    """`--upstream-key VALUE` and the like: refused as soon as it is parsed, naming the fix."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, secret: SecretOption, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, **kwargs)
+        self.secret = secret
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any, **__: Any) -> NoReturn:
+        what = f"{self.secret.flag} puts {self.secret.what} on the command line"
+        _refuse(parser.prog, f"{what}, {WHY}: {self.secret.fix()}")
+
+
+def add_secret_arg(parser: argparse._ActionsContainer, secret: SecretOption, otherwise: str = "") -> None:
+    """`FLAG-file FILE`, and `FLAG` itself only to refuse it (hidden from --help)."""
+    parser.add_argument(secret.flag, action=_Refused, secret=secret, help=argparse.SUPPRESS)
+    parser.add_argument(
+        secret.file_flag,
+        metavar="FILE",
+        default=None,
+        help=f"read {secret.what} from FILE (default: ${secret.env}{otherwise}); never on the command line",
+    )
+
+
+def secret_value(args: argparse.Namespace, secret: SecretOption) -> str | None:
+    """The secret from `FLAG-file`, else from its environment variable, else None."""
+    path = getattr(args, secret.file_dest, None)
+    if path is None:
+        return os.environ.get(secret.env) or None
+    try:
+        text = Path(path).read_text().strip()
+    except OSError as exc:
+        raise SystemExit(f"tether: {secret.file_flag} {path}: {exc.strerror or exc}") from None
+    if not text:
+        raise SystemExit(f"tether: {secret.file_flag} {path} is empty")
+    return text
+
+
+def refuse_secrets(argv: Sequence[str]) -> None:
+    """Every word of the command line that is a URL with a password (`scheme://user:password@host`, also
+    as `--option=URL`, the URL of `ALIAS=URL` or one of a comma-separated list), and a key in
+    `--vllm-args`, is refused, naming the option and the fix (never the password). Checked before the
+    command line is parsed, so that no usage error repeats the secret either."""
+    prog = "tether" + (f" {argv[0]}" if argv and not argv[0].startswith("-") else "")
+    option = "an argument"
+    for word in argv:
+        match = OPTION.match(word)
+        if match and match.group(2) is None:
+            option = match.group(1)  # its value, if it takes one, is the next word
+            continue
+        _check_value(match.group(1) if match else option, match.group(2) if match else word, prog)
+        option = "an argument"
+
+
+def _check_value(option: str, value: str, prog: str) -> None:
+    if any(_has_password(text) for text in _texts(value)):
+        _refuse(prog, f"{option} has a password in its URL, {WHY}: {URL_FIXES.get(option, DEFAULT_FIX)}")
+    if option != "--vllm-args":
+        return
+    for word in shlex.split(value):
+        if SECRET_FLAG.match(word):
+            flag = word.split("=")[0]
+            _refuse(prog, f"--vllm-args {flag} puts a secret on vLLM's command line, {WHY}: {VLLM_FIX}")
+
+
+def _refuse(prog: str, message: str) -> NoReturn:
+    raise SystemExit(f"{prog}: {message}")
+
+
+def _texts(value: str) -> Iterator[str]:
+    for item in value.split(","):
+        yield item.strip()
+        yield item.partition("=")[2].strip()  # the URL of ALIAS=URL
+
+
+def _has_password(text: str) -> bool:
+    try:
+        parts = urlsplit(text)
+        return bool(parts.scheme and parts.netloc and parts.password)
+    except ValueError:  # not a URL at all (e.g. an unbalanced [ in a host)
+        return False
