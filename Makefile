@@ -45,6 +45,7 @@ demo: setup $(if $(filter vllm,$(TETHER_ENGINE)),setup-vllm)
 test: setup setup-vllm
 	bash scripts/ensure_postgres.sh
 	bash scripts/ensure_chromium.sh
+	bash scripts/ensure_bwrap.sh
 	$(BIN)/python -m pytest -q -ra --durations=25
 
 # The three framework examples learn: teacher rollouts on train -> SFT warm start -> GRPO (examples/*/pipeline.sh).

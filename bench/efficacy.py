@@ -41,9 +41,10 @@ dropout 0, the seven Llama projection modules; AdamW lr 1e-4 constant (no warm-u
 default linear decay is turned off), betas (0.9, 0.999), eps 1e-8, weight decay 0, gradient clipping at
 norm 1; no KL (beta 0, no reference model); PPO clip 1 - 0.2 / 1 + 0.28 (epsilon 0.2, epsilon_high 0.28);
 one generation batch = one optimizer step (per-device batch G x T, gradient accumulation 1,
-steps_per_generation 1, num_iterations 1); fp32 weights, bf16 autocast only where it is native (Tether's
-rule `native_bf16`, applied on TRL's side too: TRL's default is bf16 everywhere, emulated and many times
-slower on most CPUs), no gradient checkpointing (TRL's default on); seed 0.
+steps_per_generation 1, num_iterations 1); fp32 weights, bf16 autocast only on a CUDA device that
+supports it (Tether's rule `bf16_by_default`, the built-in engine's precision, applied on TRL's side too:
+TRL's default is bf16 everywhere, emulated and many times slower on most CPUs), no gradient
+checkpointing (TRL's default on); seed 0.
 
 Not matched (say so when quoting the figures):
 - Advantages: Tether's GRPO divides by the population std of the group plus 1e-6

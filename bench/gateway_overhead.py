@@ -109,7 +109,9 @@ def gateway_main(port: int, upstream: str, project: str, store_url: str | None =
     gateway = Gateway(store, auth)
     gateway.add_upstream(HTTPUpstream(HTTPUpstreamConfig("policy", upstream, request_token_ids=True)))
     claim = store.start_session()
-    (Path(project) / "creds").write_text(f"{claim.rollout.id}\n{auth.rollout_token(claim.rollout.id)}\n")
+    (Path(project) / "creds").write_text(
+        f"{claim.rollout.id}\n{auth.rollout_token(claim.rollout.id, claim.attempt.number)}\n"
+    )
     uvicorn.run(create_app(gateway), host="127.0.0.1", port=port, log_level="error", access_log=False)
 
 

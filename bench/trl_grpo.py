@@ -62,19 +62,19 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--clip-high", type=float, default=0.28)
     parser.add_argument("--grad-clip", type=float, default=1.0)
     parser.add_argument(
-        "--bf16", choices=("auto", "on", "off"), default="auto", help="bf16 autocast; auto: where native"
+        "--bf16",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="bf16 autocast; auto: Tether's default (CUDA with bf16 only)",
     )
     parser.add_argument("--seed", type=int, default=0)
     return parser.parse_args()
 
 
-def native_bf16() -> bool:
-    """Tether's rule (tether.trainer.policy.native_bf16) for the device TRL trains on: bf16 only where
-    it is computed natively, never where it is emulated (slower than fp32)."""
-    if torch.cuda.is_available():
-        return torch.cuda.is_bf16_supported()
-    probes = [getattr(torch.cpu, n, None) for n in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
-    return any(bool(probe()) for probe in probes if probe is not None)
+def bf16_by_default() -> bool:
+    """Tether's rule (tether.trainer.policy.bf16_by_default) for the device TRL trains on: bf16 on a CUDA
+    device that supports it, fp32 on CPUs."""
+    return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
 
 
 def load_reward(spec: str) -> Reward:
@@ -141,7 +141,9 @@ class TrainRewards:
         self, prompts: list, completions: list, answer: list, question: list, **_: Any
     ) -> list[float]:
         rewards = [
-            self.reward({"question": q, "answer": a}, final_answer(c[0]["content"] if c else ""))
+            self.reward(
+                {"question": q, "reference": {"answer": a}}, final_answer(c[0]["content"] if c else "")
+            )
             for c, a, q in zip(completions, answer, question, strict=True)
         ]
         self.seen.extend(rewards)
@@ -229,8 +231,8 @@ def grpo_config(args: argparse.Namespace, output_dir: str) -> GRPOConfig:
         top_k=0,
         max_completion_length=MAX_TOKENS,
         # TRL's defaults turn on bf16 autocast (emulated on most CPUs, many times slower) and gradient
-        # checkpointing; Tether's learner uses bf16 only where it is native and never checkpoints.
-        bf16=args.bf16 == "on" or (args.bf16 == "auto" and native_bf16()),
+        # checkpointing; Tether's learner uses bf16 only on CUDA (its engine's precision), never checkpoints.
+        bf16=args.bf16 == "on" or (args.bf16 == "auto" and bf16_by_default()),
         fp16=False,
         gradient_checkpointing=False,
         use_cpu=not torch.cuda.is_available(),
@@ -252,7 +254,8 @@ def main() -> None:
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)
     train = read_tasks(args.train)
     rows = [
-        {"prompt": messages(t["question"]), "answer": t["answer"], "question": t["question"]} for t in train
+        {"prompt": messages(t["question"]), "answer": t["reference"]["answer"], "question": t["question"]}
+        for t in train
     ]
     lora = LoraConfig(
         r=args.lora_r,

@@ -2,17 +2,10 @@
 # The dashboard's browser tests drive Debian's chromium through Playwright (no browser download).
 # Idempotent: does nothing when chromium is already on PATH.
 set -euo pipefail
+source "$(dirname "$0")/apt_install.sh"
+
 if command -v chromium >/dev/null 2>&1; then
-  exit 0
+    exit 0
 fi
-if ! command -v apt-get >/dev/null 2>&1; then
-  echo "ensure_chromium: install chromium with your package manager (the dashboard tests need it)" >&2
-  exit 1
-fi
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then
-  SUDO="sudo"
-fi
-$SUDO apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
+apt_install ensure_chromium chromium "the dashboard tests need it" recommends
 command -v chromium >/dev/null

@@ -1,10 +1,18 @@
-"""Tokens: one admin token per project, and a token per rollout that only that rollout can use.
+"""Tokens: one admin token per project, and a token per attempt of a rollout that only that attempt can use.
 
-Rollout tokens are HMACs of the rollout id under the project's secret, so they need no table,
-survive restarts, and are checked in constant time. A token stops working when its rollout finishes.
+An attempt's token (the agent's `OPENAI_API_KEY`) is `tro-{rollout id}.{attempt}.{signature}`, the
+signature an HMAC of the rollout id and the attempt number under the project's secret: it needs no table,
+survives restarts and is checked in constant time. Agents should treat it as opaque. The signature never
+expires; what makes a token stop working is `check_live`: it is accepted only while its attempt is the
+rollout's current, running one. So it dies when its attempt ends (finished, failed, timed out, cancelled,
+abandoned), and a retry's new attempt gets a token of its own: whatever a dead attempt left running
+(a background child of the agent) can no longer call, nor record anything, as the rollout, in this run or
+in any later one. Rollout ids are random and attempt numbers only grow, so no later attempt is ever the
+one an old token names.
 
 Every server (the gateway, the store API, the OTLP receiver) asks `authenticate` who holds a token, then
-`check_live` whether a rollout token's rollout still runs, and answers an `AuthError` in its own shape.
+`check_live` whether a rollout token's attempt is still live, and answers an `AuthError` in its own shape.
+What an attempt's token records is recorded as that attempt, whatever the request says.
 """
 
 from __future__ import annotations
@@ -12,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
+import re
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -20,11 +29,13 @@ from functools import cached_property
 from pathlib import Path
 
 from tether.store.base import NotFound, Store
-from tether.store.models import Rollout
+from tether.store.models import Rollout, RolloutStatus
 
 ROLLOUT_PREFIX = "tro-"
 ADMIN_PREFIX = "tadm-"
 VIEWER_PREFIX = "tview-"
+# The attempt number as a token spells it: canonical decimal (one spelling per number, ASCII digits only).
+_ATTEMPT = re.compile(r"[1-9][0-9]{0,17}")
 
 
 def _sign(secret: bytes, message: str) -> str:
@@ -70,18 +81,39 @@ class TokenAuthority:
         """The dashboard's check: the admin token or the viewer token."""
         return self.is_admin(token) or self.is_viewer(token)
 
-    def rollout_token(self, rollout_id: str) -> str:
-        return f"{ROLLOUT_PREFIX}{rollout_id}.{_sign(self.secret, 'rollout:' + rollout_id)}"
+    def rollout_token(self, rollout_id: str, attempt: int) -> str:
+        """The token of one attempt of a rollout (see the module docstring for its format)."""
+        if not _ATTEMPT.fullmatch(str(attempt)):
+            raise ValueError(f"an attempt number starts at 1, not {attempt!r}")
+        signature = _sign(self.secret, _attempt_message(rollout_id, attempt))
+        return f"{ROLLOUT_PREFIX}{rollout_id}.{attempt}.{signature}"
 
-    def rollout_of(self, token: str | None) -> str | None:
-        """The rollout id a token is valid for, or None if it is not a valid rollout token."""
+    def attempt_of(self, token: str | None) -> AttemptGrant | None:
+        """The attempt a token was issued to, or None if it is not a valid rollout token."""
         if not token or not token.startswith(ROLLOUT_PREFIX):
             return None
-        rollout_id, _, signature = token[len(ROLLOUT_PREFIX) :].rpartition(".")
-        expected = _sign(self.secret, "rollout:" + rollout_id)
-        if not rollout_id or not hmac.compare_digest(signature.encode(), expected.encode()):
+        rest, _, signature = token[len(ROLLOUT_PREFIX) :].rpartition(".")
+        rollout_id, _, number = rest.rpartition(".")  # ids may contain dots; the number never does
+        if not rollout_id or not _ATTEMPT.fullmatch(number):
             return None
-        return rollout_id
+        expected = _sign(self.secret, _attempt_message(rollout_id, int(number)))
+        if not hmac.compare_digest(signature.encode(), expected.encode()):
+            return None
+        return AttemptGrant(rollout_id, int(number))
+
+
+@dataclass(frozen=True)
+class AttemptGrant:
+    """What a rollout token grants: calls as this attempt of this rollout, while it is live."""
+
+    rollout_id: str
+    attempt: int
+
+
+def _attempt_message(rollout_id: str, attempt: int) -> str:
+    # Unambiguous: the number is the part after the last '#'. Its own label, so no signature of another
+    # kind of message (the attempt-less rollout tokens of old, "rollout:ID") is valid here.
+    return f"rollout-attempt:{rollout_id}#{attempt}"
 
 
 def bearer_token(authorization: str | None) -> str | None:
@@ -99,9 +131,10 @@ def bearer_token(authorization: str | None) -> str | None:
 
 @dataclass(frozen=True)
 class Caller:
-    """Who is calling: the admin (rollout_id None) or the holder of one rollout's token."""
+    """Who is calling: the admin (rollout_id None) or the holder of one attempt's token."""
 
     rollout_id: str | None = None
+    attempt: int | None = None  # the token's attempt: what the caller's spans and rewards are recorded as
 
     @property
     def is_admin(self) -> bool:
@@ -112,43 +145,110 @@ class Refusal(StrEnum):
     MISSING = "missing"  # no token at all
     INVALID = "invalid"  # not a token of this project
     OTHER_ROLLOUT = "other_rollout"  # a rollout token used on a path that names another rollout
+    OTHER_ATTEMPT = "other_attempt"  # ... or on a path that names another attempt of its rollout
     UNKNOWN_ROLLOUT = "unknown_rollout"
     EXPIRED = "expired"  # its rollout has finished
+    ATTEMPT_OVER = "attempt_over"  # its attempt ended; the rollout was retried or awaits a retry
+    NOT_STARTED = "not_started"  # its attempt has not been opened (yet)
 
 
 class AuthError(Exception):
-    """Why a caller is refused. Each server answers it in its own error shape."""
+    """Why a caller is refused. Each server answers it in its own error shape; `reason` says it in words."""
 
-    def __init__(self, refusal: Refusal, rollout_id: str | None = None, status: str | None = None) -> None:
+    def __init__(
+        self,
+        refusal: Refusal,
+        rollout_id: str | None = None,
+        status: str | None = None,
+        attempt: int | None = None,
+        current: int | None = None,
+    ) -> None:
         super().__init__(f"{refusal.value}: {rollout_id}" if rollout_id else refusal.value)
         self.refusal = refusal
         self.rollout_id = rollout_id
-        self.status = status  # the finished rollout's status, for EXPIRED
+        self.status = status  # the rollout's status, for EXPIRED and ATTEMPT_OVER
+        self.attempt = attempt  # the token's attempt
+        self.current = current  # the rollout's current attempt
+
+    @property
+    def reason(self) -> str:
+        """Why a dead or misdirected rollout token is refused, in a sentence (for the error message)."""
+        rollout, attempt, current = self.rollout_id, self.attempt, self.current
+        if self.refusal is Refusal.ATTEMPT_OVER:
+            if current is not None and attempt is not None and current > attempt:
+                return (
+                    f"attempt {attempt} of rollout {rollout} is over: a retry (attempt {current}) replaced it"
+                )
+            return (
+                f"attempt {attempt} of rollout {rollout} is over: it ended and the rollout is {self.status}"
+            )
+        if self.refusal is Refusal.EXPIRED:
+            return f"rollout {rollout} finished ({self.status}): its tokens no longer work"
+        if self.refusal is Refusal.NOT_STARTED:
+            return f"attempt {attempt} of rollout {rollout} has not started (current: {current})"
+        if self.refusal is Refusal.OTHER_ATTEMPT:
+            return f"this token belongs to attempt {attempt} of rollout {rollout}, not attempt {current}"
+        if self.refusal is Refusal.OTHER_ROLLOUT:
+            return f"this token belongs to another rollout, not {rollout!r}"
+        if self.refusal is Refusal.UNKNOWN_ROLLOUT:
+            return f"unknown rollout {rollout!r}"
+        if self.refusal is Refusal.MISSING:
+            return "missing token"
+        return "invalid token: not a token issued by this Tether server"
 
 
-def authenticate(authority: TokenAuthority, token: str | None, path_rollout: str | None = None) -> Caller:
-    """Who holds `token`: pure, no store read. A rollout token must match the rollout the path names
-    (`path_rollout`), when it names one. Whether that rollout is still live is `check_live`'s part."""
+def authenticate(
+    authority: TokenAuthority,
+    token: str | None,
+    path_rollout: str | None = None,
+    path_attempt: int | None = None,
+) -> Caller:
+    """Who holds `token`: pure, no store read. A rollout token must match the rollout (and attempt) the
+    path names, when it names one. Whether its attempt is still live is `check_live`'s part."""
     if not token:
         raise AuthError(Refusal.MISSING)
-    rollout_id = authority.rollout_of(token)
-    if rollout_id is None:
+    grant = authority.attempt_of(token)
+    if grant is None:
         if authority.is_admin(token):
             return Caller()
         raise AuthError(Refusal.INVALID)
-    if path_rollout is not None and path_rollout != rollout_id:
+    if path_rollout is not None and path_rollout != grant.rollout_id:
         raise AuthError(Refusal.OTHER_ROLLOUT, path_rollout)
-    return Caller(rollout_id)
+    if path_attempt is not None and path_attempt != grant.attempt:
+        raise AuthError(Refusal.OTHER_ATTEMPT, grant.rollout_id, attempt=grant.attempt, current=path_attempt)
+    return Caller(grant.rollout_id, grant.attempt)
 
 
-def check_live(rollout_id: str, rollout: Rollout | None) -> Rollout:
-    """The rollout a token names, as read from the store (None: not there), if its token still works.
-    The read is the caller's, so that a server on an event loop can make it off the loop, or cache it."""
+def check_live(rollout_id: str, rollout: Rollout | None, attempt: int | None = None) -> Rollout:
+    """The rollout a token names, as read from the store (None: not there), if its token still works:
+    for an attempt's token, while that attempt is the rollout's current one and running; with `attempt`
+    None (the admin naming a rollout), while the rollout is unfinished. The read is the caller's, so
+    that a server on an event loop can make it off the loop, or cache it.
+
+    The rollout row is the attempt record here: a claim opens attempt N and sets the rollout running
+    with `attempt_count` N in one transaction, and every close of N moves the rollout off running (to
+    queued for a retry, or finished) in another; `tether.store.lifecycle` holds the same rule."""
     if rollout is None:
         raise AuthError(Refusal.UNKNOWN_ROLLOUT, rollout_id)
+    status, current = rollout.status.value, rollout.attempt_count
+    if attempt is not None and attempt < current:
+        raise AuthError(Refusal.ATTEMPT_OVER, rollout_id, status, attempt, current)
     if rollout.status.finished:
-        raise AuthError(Refusal.EXPIRED, rollout_id, rollout.status.value)
+        raise AuthError(Refusal.EXPIRED, rollout_id, status, attempt, current)
+    if attempt is None:
+        return rollout
+    if attempt > current:
+        raise AuthError(Refusal.NOT_STARTED, rollout_id, status, attempt, current)
+    if rollout.status != RolloutStatus.running:
+        raise AuthError(Refusal.ATTEMPT_OVER, rollout_id, status, attempt, current)
     return rollout
+
+
+def may_be_stale(error: AuthError) -> bool:
+    """Whether a refusal made on a cached rollout could be the cache's: only a token of an attempt newer
+    than the cached copy knows (opened by another process since). Every other refusal is final: attempts
+    only grow, and a finished rollout never runs again."""
+    return error.refusal is Refusal.NOT_STARTED
 
 
 def request_token(headers: Mapping[str, str]) -> str | None:

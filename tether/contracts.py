@@ -1,10 +1,11 @@
 """Names shared across packages, defined once: span names and attributes, rollout metadata keys, the
-training algorithms, and the environment variables secrets are read from. The gateway writes what the
-adapters, the runner and the CLI read back."""
+task's evaluator-only field, the training algorithms, and the environment variables secrets are read
+from. The gateway writes what the adapters, the runner and the CLI read back."""
 
 from __future__ import annotations
 
-from typing import Final
+from collections.abc import Mapping
+from typing import Any, Final
 
 # -- spans --------------------------------------------------------------------------------------------
 
@@ -87,6 +88,28 @@ class Meta:
     # Its calls are another model's text (a teacher, a hosted API), not tokens the policy generated: they
     # may become demonstrations for supervised training, never RL samples.
     DEMONSTRATION: Final = "demonstration"
+
+
+# -- tasks --------------------------------------------------------------------------------------------
+
+# A task's fields for its evaluator only (reference answer, gold SQL, passages): one top-level JSON object
+# under this key. The evaluator gets the whole task; the agent only `agent_task(task)`, in its environment,
+# its argv, its Job and through its rollout token (docs/security.md, "Task fields only the evaluator sees").
+TASK_REFERENCE: Final = "reference"
+
+
+def agent_task(task: Mapping[str, Any]) -> dict[str, Any]:
+    """What of a task its agent may see: every field but the reference."""
+    return {key: value for key, value in task.items() if key != TASK_REFERENCE}
+
+
+def has_reference(task: Mapping[str, Any]) -> bool:
+    return TASK_REFERENCE in task
+
+
+# The store resource kind of run records (`tether.runner.runs`): the operator's, never a rollout token's
+# (each holds a digest of every whole task, from which a short reference could be guessed back).
+RUN_RESOURCE_KIND: Final = "run"
 
 
 # -- training -----------------------------------------------------------------------------------------

@@ -6,6 +6,9 @@ Held out by construction: every (operation, numbers) a problem can have is assig
 once, by `--seed` (a quarter of each operation's to val), and each split is drawn only from its own. So
 no val problem repeats a train problem's sum or difference under other names or things; `3 + 5` and
 `5 + 3` count as the same problem.
+
+Each task is {"id", "question", "reference": {"answer"}}: the answer is under `reference`, which only the
+evaluator gets (the agent never sees it: README, "Task files").
 """
 
 from __future__ import annotations
@@ -59,8 +62,11 @@ def make(count: int, seed: int, held_out: frozenset[Key], val: bool) -> list[dic
     tasks: list[dict] = []
     while len(tasks) < count:
         drawn = problem(rng)
-        if (drawn.pop("key") in held_out) == val:
-            tasks.append({"id": f"s{seed}-{len(tasks)}", **drawn})
+        if (drawn["key"] in held_out) == val:
+            reference = {"answer": drawn["answer"]}
+            tasks.append(
+                {"id": f"s{seed}-{len(tasks)}", "question": drawn["question"], "reference": reference}
+            )
     return tasks
 
 

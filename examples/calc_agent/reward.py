@@ -1,4 +1,5 @@
-"""The evaluator: 1 if the final number in the agent's output equals the gold answer, else 0.
+"""The evaluator: 1 if the final number in the agent's output equals the gold answer (the task's
+`reference`, which the agent never sees), else 0.
 
 Numbers may carry thousands separators, a currency sign or decimals ("$1,250.00" is 1250).
 
@@ -26,7 +27,7 @@ def final_number(output: str | None) -> float | None:
 
 def correct(task: dict, output: str | None) -> float:
     predicted = final_number(output)
-    gold = final_number(str(task["answer"]))
+    gold = final_number(str(task["reference"]["answer"]))
     if predicted is None or gold is None:
         return 0.0
     return float(abs(predicted - gold) <= TOLERANCE * max(1.0, abs(gold)))

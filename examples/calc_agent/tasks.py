@@ -3,8 +3,9 @@
 python examples/calc_agent/tasks.py --out-dir data --train 200 --val 100 --seed 0
 
 train.jsonl is sampled from GSM8K's train split and val.jsonl from its test split. Each task holds the
-question, the final numeric answer (`answer`) and the worked calculations of the reference solution
-(`calculations`, from its <<expression=result>> annotations). GSM8K's train split holds a few problems
+question, and under `reference` (the evaluator's and the teacher's only: the agent never sees it) the
+final numeric answer (`answer`) and the worked calculations of the reference solution (`calculations`,
+from its <<expression=result>> annotations). GSM8K's train split holds a few problems
 that differ from a test problem only in names and numbers: train is sampled only from the problems that
 are no near-duplicate of any val problem (word overlap below NEAR_DUPLICATE), so val is held out by
 content too.
@@ -52,8 +53,10 @@ def to_task(row: dict[str, Any], split: str) -> dict[str, Any]:
     return {
         "id": f"gsm8k-{split}-{row.get('idx')}",
         "question": str(row["question"]).strip(),
-        "answer": parse_number(final.group(1)),
-        "calculations": [f"{expr}={result}" for expr, result in CALCULATION.findall(solution)],
+        "reference": {
+            "answer": parse_number(final.group(1)),
+            "calculations": [f"{expr}={result}" for expr, result in CALCULATION.findall(solution)],
+        },
     }
 
 
@@ -66,7 +69,7 @@ def short(tasks: list[dict[str, Any]], max_steps: int | None) -> list[dict[str, 
     """The tasks whose reference solution takes 1 to `max_steps` calculations (all when None)."""
     if max_steps is None:
         return tasks
-    return [task for task in tasks if 1 <= len(task["calculations"]) <= max_steps]
+    return [task for task in tasks if 1 <= len(task["reference"]["calculations"]) <= max_steps]
 
 
 def sample(tasks: list[dict[str, Any]], count: int, seed: int) -> list[dict[str, Any]]:

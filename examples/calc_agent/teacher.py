@@ -36,11 +36,12 @@ class CalcTeacher:
         task = self.by_question.get(question)
         if task is None:
             raise NoReference(f"the teacher has no reference solution for this question: {question[:80]!r}")
-        steps = [str(step).rpartition("=")[0] for step in task.get("calculations") or []]
+        reference = task["reference"]
+        steps = [str(step).rpartition("=")[0] for step in reference.get("calculations") or []]
         done = len(tool_results(request))
         if done < len(steps) and offers_tool(request, "calculator"):
             return Reply(tool_calls=[ToolCall("calculator", {"expression": steps[done]})])
-        return Reply(content=f"Answer: {task['answer']}")
+        return Reply(content=f"Answer: {reference['answer']}")
 
 
 def main() -> None:

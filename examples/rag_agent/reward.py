@@ -1,5 +1,6 @@
 """The evaluator: `format` (is there an `Answer:` line), token `f1` of the answer against the gold answer
-(SQuAD-style normalisation), and `reward` = 0.2 * format + 0.8 * f1, the primary reward.
+(SQuAD-style normalisation), and `reward` = 0.2 * format + 0.8 * f1, the primary reward. The gold answer
+is the task's `reference.answer`, which the agent never sees.
 
     tether rollout ... --reward examples/rag_agent/reward.py:score
 """
@@ -41,5 +42,5 @@ def score(task: dict, output: str | None) -> dict[str, float]:
     answer = extract_answer(output)
     has_format = float(answer is not None)
     # Without an Answer line the whole output is scored, so a right but unformatted reply still counts a bit.
-    f1 = token_f1(answer if answer is not None else output or "", str(task["answer"]))
+    f1 = token_f1(answer if answer is not None else output or "", str(task["reference"]["answer"]))
     return {"reward": 0.2 * has_format + 0.8 * f1, "format": has_format, "f1": f1}

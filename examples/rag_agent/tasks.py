@@ -1,4 +1,5 @@
-"""Train and val task files for the RAG agent, split from questions.jsonl, reproducibly by seed.
+"""Train and val task files for the RAG agent, split from questions.jsonl, reproducibly by seed. Each task
+is {"id", "question", "reference": {"answer", "passage"}}: the reference is the evaluator's only.
 
 python examples/rag_agent/tasks.py --out-dir rag-project/data --val 40 --seed 0
 """

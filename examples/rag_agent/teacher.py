@@ -45,7 +45,7 @@ class RAGTeacher:
             raise NoReference(f"the teacher has no reference answer for this question: {question[:80]!r}")
         if not tool_results(request) and offers_tool(request, "search"):
             return Reply(tool_calls=[ToolCall("search", {"query": task["question"]})])
-        return Reply(content=f"Answer: {task['answer']}")
+        return Reply(content=f"Answer: {task['reference']['answer']}")
 
 
 def main() -> None:

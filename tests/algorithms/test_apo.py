@@ -50,6 +50,8 @@ def test_apo_improves_the_agents_prompt_through_the_gateway(search_rig: SearchRi
     # The optimizer read the runs: the critique request shows the agent's answers and rewards.
     critique = optimizer.requests[0]["messages"][1]["content"]
     assert AGENT_SYSTEM in critique and "I do not know." in critique and "reward: 0" in critique
+    # and saw each task as its agent does: without the reference, which a prompt could pass on to it
+    assert "task: {'question': " in critique and "reference" not in critique
 
 
 def test_the_gateway_puts_the_candidate_in_the_agents_calls(search_rig: SearchRig) -> None:

@@ -168,7 +168,7 @@ def test_invalid_token_gets_the_login_screen_not_data(
     assert not page.locator("#view").is_visible()
     assert rollout.id not in page.content()
     assert page.evaluate("sessionStorage.getItem('tether.token')") is None
-    rollout_token = trained.project.authority().rollout_token(rollout.id)
+    rollout_token = trained.project.authority().rollout_token(rollout.id, 1)
     for token in ("nope", rollout_token):
         answer = httpx.get(
             f"{dashboard.url}/ui/api/rollouts/{rollout.id}", headers={"Authorization": f"Bearer {token}"}

@@ -82,7 +82,7 @@ def test_calculator_agrees_with_every_gsm8k_annotation() -> None:
         step
         for split in ("train", "test")
         for task in tasks.load_split(split)
-        for step in task["calculations"]
+        for step in task["reference"]["calculations"]
     ]
     wrong = []
     for step in steps:
@@ -123,7 +123,9 @@ def test_tasks_script_writes_reproducible_gsm8k_task_files(tmp_path: Path) -> No
     assert all(t.id.startswith("gsm8k-train-") for t in train) and all(
         t.id.startswith("gsm8k-test-") for t in val
     )
-    assert all(isinstance(t.input["answer"], int | float) and t.input["question"] for t in train + val)
+    answers = [t.input["reference"]["answer"] for t in train + val]
+    assert all(isinstance(answer, int | float) for answer in answers)
+    assert all(set(t.input) == {"question", "reference"} and t.input["question"] for t in train + val)
 
 
 def test_the_pipelines_held_out_problems_are_held_out_by_content(tmp_path: Path) -> None:
@@ -134,7 +136,7 @@ def test_the_pipelines_held_out_problems_are_held_out_by_content(tmp_path: Path)
     train_file, val_file = script_task_files(EXAMPLE / "pipeline.sh", tmp_path / "data")
     train, val = load_tasks(train_file), load_tasks(val_file)
     assert len(val) >= 100 and len(train) >= 300
-    assert all(1 <= len(t.input["calculations"]) <= 2 for t in train + val)
+    assert all(1 <= len(t.input["reference"]["calculations"]) <= 2 for t in train + val)
     assert {t.input["question"].lower() for t in train}.isdisjoint(t.input["question"].lower() for t in val)
     held = [tasks.words(t.input["question"]) for t in val]
     closest = max(tasks.overlap(tasks.words(t.input["question"]), other) for t in train for other in held)
@@ -161,8 +163,7 @@ def test_a_gsm8k_row_becomes_a_task_with_its_number_and_calculations() -> None:
     assert load("tasks").to_task(row, "test") == {
         "id": "gsm8k-test-2",
         "question": "Josh buys a house for $80,000 ...",
-        "answer": 70000,
-        "calculations": ["80000+50000=130000"],
+        "reference": {"answer": 70000, "calculations": ["80000+50000=130000"]},
     }
 
 
@@ -190,7 +191,7 @@ def test_a_gsm8k_row_becomes_a_task_with_its_number_and_calculations() -> None:
     ],
 )
 def test_reward_matches_the_final_number(output: str | None, gold: object, value: float) -> None:
-    assert load("reward").correct({"answer": gold}, output) == value
+    assert load("reward").correct({"reference": {"answer": gold}}, output) == value
 
 
 def test_the_agent_prints_its_answer_line(monkeypatch: pytest.MonkeyPatch) -> None:

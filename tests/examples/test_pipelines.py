@@ -92,10 +92,11 @@ class Claims:
         return searched and done.reward_values["format"] == 1.0
 
     def gives(self, reply: str, task: dict[str, Any]) -> bool:
-        """Whether a teacher's reply hands out this task's gold answer."""
+        """Whether a teacher's reply hands out this task's gold answer (its `reference`)."""
+        gold = task["reference"]
         if self.name == "sql":
-            return words(Example("sql_agent").load("reward").strip_fences(reply)) == words(task["gold_sql"])
-        return words(reply) == words(f"Answer: {task['answer']}")
+            return words(Example("sql_agent").load("reward").strip_fences(reply)) == words(gold["gold_sql"])
+        return words(reply) == words(f"Answer: {gold['answer']}")
 
 
 def reply_text(call: Any) -> str:

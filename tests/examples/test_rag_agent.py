@@ -25,6 +25,15 @@ def questions() -> list[dict]:
     return [json.loads(line) for line in (EXAMPLE / "questions.jsonl").read_text().splitlines()]
 
 
+def answer(question: dict) -> str:
+    """A question's gold answer: under `reference`, the evaluator's only."""
+    return str(question["reference"]["answer"])
+
+
+def passage_of(question: dict) -> str:
+    return str(question["reference"]["passage"])
+
+
 # --- data and reward ----------------------------------------------------------------------------------
 
 
@@ -32,22 +41,23 @@ def test_the_question_file_is_a_valid_task_file_whose_passages_exist() -> None:
     tasks = load_tasks(EXAMPLE / "questions.jsonl")
     corpus = {p.id for p in load("retrieval").load_corpus()}
     assert len(tasks) >= 40 and 30 <= len(corpus) <= 120
-    assert all(task.input["question"] and task.input["answer"] for task in tasks)
-    assert {task.input["passage"] for task in tasks} <= corpus
+    assert all(set(task.input) == {"question", "reference"} and task.input["question"] for task in tasks)
+    assert all(answer(task.input) for task in tasks)
+    assert {passage_of(task.input) for task in tasks} <= corpus
 
 
 def test_each_question_has_its_own_passage_and_answer_and_the_answer_is_in_it() -> None:
     reward = load("reward")
     corpus = {p.id: p for p in load("retrieval").load_corpus()}
     qs = questions()
-    assert len({q["passage"] for q in qs}) == len(qs)
-    assert len({" ".join(reward.normalize(q["answer"])) for q in qs}) == len(qs)
+    assert len({passage_of(q) for q in qs}) == len(qs)
+    assert len({" ".join(reward.normalize(answer(q))) for q in qs}) == len(qs)
     assert len({" ".join(reward.normalize(q["question"])) for q in qs}) == len(qs)
     assert len({p.text for p in corpus.values()}) == len(corpus)
     for q in qs:
-        passage = corpus[q["passage"]]
+        passage = corpus[passage_of(q)]
         text = set(reward.normalize(f"{passage.title} {passage.text}"))
-        assert set(reward.normalize(q["answer"])) <= text, q
+        assert set(reward.normalize(answer(q))) <= text, q
 
 
 def test_the_pipelines_held_out_questions_are_held_out_by_content(tmp_path: Path) -> None:
@@ -61,8 +71,9 @@ def test_the_pipelines_held_out_questions_are_held_out_by_content(tmp_path: Path
 
     def content(tasks: list, field: str) -> set[str]:
         if field == "passage":
-            return {corpus[t.input["passage"]] for t in tasks}
-        return {" ".join(reward.normalize(t.input[field])) for t in tasks}
+            return {corpus[passage_of(t.input)] for t in tasks}
+        texts = [answer(t.input) if field == "answer" else t.input[field] for t in tasks]
+        return {" ".join(reward.normalize(text)) for text in texts}
 
     for field in ("question", "answer", "passage"):
         assert content(train, field).isdisjoint(content(val, field)), field
@@ -87,7 +98,7 @@ def test_the_pipelines_held_out_questions_are_held_out_by_content(tmp_path: Path
     ],
 )
 def test_reward_scores_format_and_token_f1(output: str | None, gold: str, expected: dict) -> None:
-    assert load("reward").score({"answer": gold}, output) == pytest.approx(expected)
+    assert load("reward").score({"reference": {"answer": gold}}, output) == pytest.approx(expected)
 
 
 def test_normalisation_drops_case_punctuation_and_articles() -> None:
@@ -100,7 +111,8 @@ def test_normalisation_drops_case_punctuation_and_articles() -> None:
 def test_the_reward_is_the_primary_of_the_dict_through_the_runner() -> None:
     from tether.runner.rewards import evaluate, load_callable
 
-    rewards = evaluate(load_callable(REWARD), "r1", 1, {"answer": "Bonn"}, "Answer: Bonn", [])
+    task = {"question": "Where was Beethoven born?", "reference": {"answer": "Bonn"}}
+    rewards = evaluate(load_callable(REWARD), "r1", 1, task, "Answer: Bonn", [])
     assert {r.name: (r.value, r.primary) for r in rewards} == {
         "reward": (1.0, True),
         "format": (1.0, False),
@@ -135,12 +147,12 @@ def test_embeddings_are_unit_length_and_similar_texts_score_higher(retriever: ob
 def test_search_returns_the_passage_that_answers_the_question(retriever: object, question_id: str) -> None:
     question = next(q for q in questions() if q["id"] == question_id)
     hits = retriever.search(question["question"], k=3)
-    assert len(hits) == 3 and hits[0].passage.id == question["passage"]
+    assert len(hits) == 3 and hits[0].passage.id == passage_of(question)
     assert hits[0].score > hits[1].score >= hits[2].score
 
 
 def test_every_question_finds_its_passage_as_the_top_hit(retriever: object) -> None:
-    misses = [q["id"] for q in questions() if retriever.search(q["question"])[0].passage.id != q["passage"]]
+    misses = [q["id"] for q in questions() if retriever.search(q["question"])[0].passage.id != passage_of(q)]
     assert misses == []
 
 

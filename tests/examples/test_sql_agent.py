@@ -15,6 +15,7 @@ import pytest
 
 from tests.examples.support import Example, run_rollouts, script_task_files
 from tether.runner.tasks import load_tasks
+from tether.store import Task
 
 SQL = Example("sql_agent")
 EXAMPLE = SQL.dir
@@ -87,7 +88,7 @@ def test_question_set_is_graded_and_every_gold_query_returns_rows(
         rows = reward.execute(str(chinook_db), question["gold_sql"])
         assert rows, question
         assert rows[0] not in {(0,), (None,)}, question
-        task = {**question, "db": str(chinook_db)}
+        task = {"db": str(chinook_db), "reference": {"gold_sql": question["gold_sql"]}}
         assert reward.execution_match(task, question["gold_sql"]) == 1.0, question
 
 
@@ -104,7 +105,17 @@ def test_task_files_split_every_level_and_load_as_tether_tasks(
     loaded = load_tasks(tmp_path / "val.jsonl")
     assert [t.id for t in loaded] == [t["id"] for t in val]
     assert loaded[0].input["db"] == str(chinook_db.resolve())
-    assert set(loaded[0].input) >= {"question", "gold_sql", "db"}
+    assert set(loaded[0].input) >= {"question", "reference", "db"} and "gold_sql" not in loaded[0].input
+    assert loaded[0].input["reference"] == {"gold_sql": questions_by_id(questions)[loaded[0].id]["gold_sql"]}
+
+
+def questions_by_id(questions: list[dict]) -> dict[str, dict]:
+    return {question["id"]: question for question in questions}
+
+
+def gold(task: Task) -> str:
+    """A task's gold query: the evaluator's only, under `reference`."""
+    return str(task.input["reference"]["gold_sql"])
 
 
 def normalised(text: str) -> str:
@@ -125,12 +136,10 @@ def test_the_pipelines_held_out_questions_are_held_out_by_content(chinook_db: Pa
     assert {normalised(t.input["question"]) for t in train}.isdisjoint(
         normalised(t.input["question"]) for t in val
     )
-    assert {normalised(t.input["gold_sql"]) for t in train}.isdisjoint(
-        normalised(t.input["gold_sql"]) for t in val
-    )
-    rows = {t.id: reward.execute(str(chinook_db), t.input["gold_sql"]) for t in [*train, *val]}
+    assert {normalised(gold(t)) for t in train}.isdisjoint(normalised(gold(t)) for t in val)
+    rows = {t.id: reward.execute(str(chinook_db), gold(t)) for t in [*train, *val]}
     for held in val:
-        ordered = reward.ORDER_BY.search(held.input["gold_sql"]) is not None
+        ordered = reward.ORDER_BY.search(gold(held)) is not None
         answered = [t.id for t in train if reward.same_result(rows[t.id], rows[held.id], ordered)]
         assert answered == [], (held.id, answered)
 
@@ -154,7 +163,7 @@ def task(chinook_db: Path) -> dict:
     return {
         "question": "How many artists are there?",
         "db": str(chinook_db),
-        "gold_sql": "SELECT COUNT(*) FROM artist",
+        "reference": {"gold_sql": "SELECT COUNT(*) FROM artist"},
     }
 
 
@@ -180,8 +189,8 @@ def test_execution_match(task: dict, output: str | None, expected: float) -> Non
 
 def test_order_matters_only_when_the_gold_orders(chinook_db: Path) -> None:
     reward = load("reward")
-    ordered = {"db": str(chinook_db), "gold_sql": "SELECT name FROM genre ORDER BY name"}
-    unordered = {"db": str(chinook_db), "gold_sql": "SELECT name FROM genre"}
+    ordered = {"db": str(chinook_db), "reference": {"gold_sql": "SELECT name FROM genre ORDER BY name"}}
+    unordered = {"db": str(chinook_db), "reference": {"gold_sql": "SELECT name FROM genre"}}
     reversed_names = "SELECT name FROM genre ORDER BY name DESC"
     assert reward.execution_match(ordered, reversed_names) == 0.0
     assert reward.execution_match(ordered, "SELECT name FROM genre ORDER BY 1") == 1.0
@@ -191,14 +200,14 @@ def test_order_matters_only_when_the_gold_orders(chinook_db: Path) -> None:
 
 def test_duplicates_count(chinook_db: Path) -> None:
     reward = load("reward")
-    task = {"db": str(chinook_db), "gold_sql": "SELECT country FROM customer"}
+    task = {"db": str(chinook_db), "reference": {"gold_sql": "SELECT country FROM customer"}}
     assert reward.execution_match(task, "SELECT country FROM customer ORDER BY country") == 1.0
     assert reward.execution_match(task, "SELECT DISTINCT country FROM customer") == 0.0
 
 
 def test_predictions_cannot_write_and_slow_ones_are_cut_off(chinook_db: Path) -> None:
     reward = load("reward")
-    task = {"db": str(chinook_db), "gold_sql": "SELECT COUNT(*) FROM artist"}
+    task = {"db": str(chinook_db), "reference": {"gold_sql": "SELECT COUNT(*) FROM artist"}}
     assert reward.execution_match(task, "DELETE FROM artist") == 0.0
     assert count(chinook_db, "artist") == 275
     with pytest.raises(reward.QueryError, match="interrupted"):
@@ -208,7 +217,9 @@ def test_predictions_cannot_write_and_slow_ones_are_cut_off(chinook_db: Path) ->
 def test_a_broken_gold_query_is_an_error_not_a_zero(chinook_db: Path) -> None:
     reward = load("reward")
     with pytest.raises(reward.QueryError, match="no such table"):
-        reward.execution_match({"db": str(chinook_db), "gold_sql": "SELECT * FROM nope"}, "SELECT 1")
+        reward.execution_match(
+            {"db": str(chinook_db), "reference": {"gold_sql": "SELECT * FROM nope"}}, "SELECT 1"
+        )
 
 
 # --- the Spider loader --------------------------------------------------------------------------------
@@ -281,7 +292,7 @@ def test_spider_command_writes_train_and_val_files(tmp_path: Path) -> None:
         timeout=60,
     )
     assert done.returncode == 0, done.stderr
-    assert [t.input["gold_sql"] for t in load_tasks(tmp_path / "data/val.jsonl")] == [
+    assert [gold(t) for t in load_tasks(tmp_path / "data/val.jsonl")] == [
         "SELECT count(*) FROM concert",
         "SELECT kind FROM pet",
     ]

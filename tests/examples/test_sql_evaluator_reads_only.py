@@ -49,7 +49,7 @@ def test_an_escape_from_reading_is_refused_scores_0_and_writes_nothing(
     beside = sorted(p.name for p in chinook_db.parent.iterdir())
     with pytest.raises(reward.QueryError, match=REFUSED):
         reward.execute(str(chinook_db), sql)
-    assert reward.execution_match({"db": str(chinook_db), "gold_sql": GOLD}, sql) == 0.0
+    assert reward.execution_match({"db": str(chinook_db), "reference": {"gold_sql": GOLD}}, sql) == 0.0
     assert list(tmp_path.iterdir()) == []
     assert sorted(p.name for p in chinook_db.parent.iterdir()) == beside
     assert digest(chinook_db) == database

@@ -48,8 +48,8 @@ def calls(message: Any) -> list[tuple[str, dict[str, Any]]]:
 
 
 def test_calc_teacher_calls_the_calculator_step_by_step_then_answers(serve: Any) -> None:
-    task = {"id": "t", "question": "Tom has 3 bags of 4 apples and eats 2. How many?", "answer": 10}
-    task["calculations"] = ["3*4=12", "12-2=10"]
+    task = {"id": "t", "question": "Tom has 3 bags of 4 apples and eats 2. How many?"}
+    task["reference"] = {"answer": 10, "calculations": ["3*4=12", "12-2=10"]}
     client = serve(CALC.load("teacher").CalcTeacher([task]))
     conversation: list[dict[str, Any]] = [
         {"role": "system", "content": "You solve math word problems."},
@@ -80,14 +80,14 @@ def test_sql_teacher_writes_the_gold_query_and_checks_by_execution(serve: Any) -
     db = SQL.load("chinook").database_path(None)
     task = {
         "question": "How many artists are there?",
-        "gold_sql": "SELECT COUNT(*) FROM artist",
+        "reference": {"gold_sql": "SELECT COUNT(*) FROM artist"},
         "db": str(db),
     }
     agent = SQL.load("agent")
     client = serve(SQL.load("teacher").SQLTeacher([task]))
     user = f"Schema:\nartist(id, name)\n\nQuestion: {task['question']}"
     written = ask(client, [{"role": "system", "content": agent.WRITER}, {"role": "user", "content": user}])
-    assert agent.extract_sql(written.content) == task["gold_sql"]
+    assert agent.extract_sql(written.content) == task["reference"]["gold_sql"]
 
     def verdict(query: str) -> str:
         shown = f"{user}\n\nQuery: {query}\n\nResult: {agent.run_sql(str(db), query)}"
@@ -103,7 +103,7 @@ def test_rag_teacher_searches_then_answers_and_streams_like_a_server(serve: Any)
     task = {
         "id": "q",
         "question": "In which city do the White Nile and the Blue Nile meet?",
-        "answer": "Khartoum",
+        "reference": {"answer": "Khartoum"},
     }
     client = serve(RAG.load("teacher").RAGTeacher([task]))
     prefetched = f"Passages:\n[p02] Nile: ...\n\nQuestion: {task['question']}"

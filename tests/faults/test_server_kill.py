@@ -136,6 +136,7 @@ def test_kill_9_mid_run_then_restart(tmp_path: Path, upstream: str) -> None:
         retryable = claim_running(admin, max_attempts=2)["rollout"]["id"]
         last_try = claim_running(admin, max_attempts=1)["rollout"]["id"]
         session = served.base_url.split("/rollouts/")[1].split("/")[0]
+        dead_key = admin.get(f"/admin/rollouts/{retryable}/credentials").json()["api_key"]
         for rollout_id in (retryable, last_try):
             llm = agent_for(served, admin, rollout_id, 1)
             for i in range(3):
@@ -169,13 +170,19 @@ def test_kill_9_mid_run_then_restart(tmp_path: Path, upstream: str) -> None:
             rewards = admin.get(f"/store/rollouts/{rollout_id}/rewards").json()
             assert [(r["value"], r["source"]) for r in rewards] == [(0.5, "agent")]
 
-        # The requeued rollout runs again as attempt 2; the dead attempt's URL is refused.
+        # The requeued rollout runs again as attempt 2 with a token of its own; the dead attempt's token is
+        # refused, and attempt 2's token does not open the dead attempt's URL.
         claim = admin.post("/store/rollouts/claim", json={"worker_id": "new-runner"}).json()
         assert (claim["rollout"]["id"], claim["attempt"]["number"]) == (retryable, 2)
         with heartbeating(served, retryable, 2):
             ask(agent_for(served, admin, retryable, 2), "second attempt")
-            with pytest.raises(openai.ConflictError, match="attempt 1"):
-                ask(agent_for(served, admin, retryable, 1), "from the dead attempt")
+            dead = openai.OpenAI(
+                base_url=served.url + f"/rollouts/{retryable}/attempts/1/v1", api_key=dead_key
+            )
+            with pytest.raises(openai.AuthenticationError, match="attempt 1 .* is over"):
+                ask(dead.with_options(max_retries=0, timeout=30), "from the dead attempt")
+            with pytest.raises(openai.PermissionDeniedError, match="attempt 2 .*, not attempt 1"):
+                ask(agent_for(served, admin, retryable, 1), "from the dead attempt's URL")
             # A heartbeating attempt is left alone by the recovery sweep.
             assert admin.get(f"/store/rollouts/{retryable}").json()["status"] == "running"
         ask(agent_for(served, admin, session, 1), "session after restart")

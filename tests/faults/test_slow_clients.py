@@ -76,7 +76,7 @@ def test_stalled_headers_are_closed_with_a_408(server_url: str) -> None:
 
 def test_a_stalled_body_is_closed(served: Served) -> None:
     rollout_id = served.gateway.store.start_session().rollout.id
-    token = served.gateway.auth.rollout_token(rollout_id)
+    token = served.gateway.auth.rollout_token(rollout_id, 1)
     with connect(served.url) as sock:
         head = f"POST /rollouts/{rollout_id}/v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
         head += f"Authorization: Bearer {token}\r\nContent-Length: 100\r\n\r\n"

@@ -74,7 +74,7 @@ def test_missing_and_invalid_keys(rig: GatewayRig) -> None:
     assert post(f"{base_url}/chat/completions", None).status_code == 401
     response = post(f"{base_url}/chat/completions", "sk-not-ours")
     assert response.status_code == 401 and error_of(response)["type"] == "authentication_error"
-    forged = rig.auth.rollout_token("ro-1").rsplit(".", 1)[0] + ".deadbeef"
+    forged = rig.auth.rollout_token("ro-1", 1).rsplit(".", 1)[0] + ".deadbeef"
     assert post(f"{base_url}/chat/completions", forged).status_code == 401
     assert_nothing_recorded(rig)
 
@@ -90,7 +90,7 @@ def test_foreign_token_is_forbidden(rig: GatewayRig) -> None:
 
 def test_unknown_rollout(rig: GatewayRig) -> None:
     url = f"{rig.url}/rollouts/ro-missing/v1/chat/completions"
-    response = post(url, rig.auth.rollout_token("ro-missing"))
+    response = post(url, rig.auth.rollout_token("ro-missing", 1))
     assert response.status_code == 404
     assert "ro-missing" in error_of(response)["message"]
 
@@ -106,11 +106,14 @@ def test_token_expires_with_its_rollout(rig: GatewayRig) -> None:
     assert len(rig.store.query_spans(rollout_id=rollout_id)) == 1
 
 
-def test_stale_attempt_is_refused(rig: GatewayRig) -> None:
+def test_a_path_naming_another_attempt_is_refused(rig: GatewayRig) -> None:
     rollout_id, _, key = rig.session()
     url = f"{rig.url}/rollouts/{rollout_id}/attempts/7/v1/chat/completions"
     response = post(url, key)
-    assert response.status_code == 409 and error_of(response)["code"] == "stale_attempt"
+    assert response.status_code == 403 and "attempt 1" in error_of(response)["message"]
+    admin = post(url, rig.auth.admin_token)  # the admin may name an attempt: only the current one works
+    assert admin.status_code == 409 and error_of(admin)["code"] == "stale_attempt"
+    assert_nothing_recorded(rig)
 
 
 def test_invalid_sampling_parameters(rig: GatewayRig) -> None:

@@ -145,8 +145,9 @@ def test_a_retried_attempt_keeps_its_calls_whatever_the_process_seeded(rig: Gate
     saved = random.getstate()
     try:
         for attempt in (1, 2):
-            assert rig.store.claim("worker") is not None
-            creds = rig.gateway.credentials(rollout.id)
+            claim = rig.store.claim("worker")
+            assert claim is not None and claim.attempt.number == attempt
+            creds = rig.gateway.credentials(rollout.id, attempt)
             random.seed(0)  # as each start of `tether train` does
             client(creds["base_url"], creds["api_key"]).chat.completions.create(
                 model="policy", messages=MESSAGES

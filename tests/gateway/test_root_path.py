@@ -34,7 +34,7 @@ def gateway(tmp_path: Path, upstream_url: str) -> Iterator[Gateway]:
 
 def call_and_check(gateway: Gateway, base: str) -> None:
     rollout_id = gateway.store.start_session({"q": 1}).rollout.id
-    key = gateway.auth.rollout_token(rollout_id)
+    key = gateway.auth.rollout_token(rollout_id, 1)
     llm = openai.OpenAI(base_url=f"{base}/rollouts/{rollout_id}/v1", api_key=key, max_retries=0)
     reply = llm.chat.completions.create(model="policy", messages=[{"role": "user", "content": "hi"}])
     assert reply.choices[0].message.content == "".join(WORDS)

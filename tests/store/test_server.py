@@ -88,7 +88,7 @@ def test_admin_token_may_do_everything(admin: StoreClient) -> None:
 def test_rollout_token_may_write_its_own_rollout(server: StoreServer, admin: StoreClient) -> None:
     rollout = running_rollout(admin)
     admin.put_resource("prompt", "text", "hi")
-    with server.client(server.auth.rollout_token(rollout.id)) as scoped:
+    with server.client(server.auth.rollout_token(rollout.id, 1)) as scoped:
         scoped.add_spans([span_for(rollout.id, "a"), span_for(rollout.id, "b")])
         scoped.add_rewards([Reward(rollout_id=rollout.id, value=0.5, source="agent")])
         scoped.heartbeat(rollout.id, 1)
@@ -119,7 +119,7 @@ def test_rollout_token_is_forbidden_outside_its_rollout(server: StoreServer, adm
         "requeue": lambda c: c.requeue_stale(1.0),
         "session": lambda c: c.start_session(),
     }
-    with server.client(server.auth.rollout_token(mine.id)) as scoped:
+    with server.client(server.auth.rollout_token(mine.id, 1)) as scoped:
         for what, call in forbidden_calls.items():
             with pytest.raises(StoreAuthError) as caught:
                 call(scoped)
@@ -134,7 +134,7 @@ def test_forbidden_scope_says_which_rollout(server: StoreServer, admin: StoreCli
     response = httpx.post(
         f"{server.base_url}/store/spans",
         json={"spans": [span_for(other.id).model_dump(mode="json")]},
-        headers=bearer(server.auth.rollout_token(mine.id)),
+        headers=bearer(server.auth.rollout_token(mine.id, 1)),
     )
     error = error_of(response, 403)
     assert error["type"] == "permission_error"
@@ -143,7 +143,7 @@ def test_forbidden_scope_says_which_rollout(server: StoreServer, admin: StoreCli
 
 def test_rollout_token_expires_when_its_rollout_finishes(server: StoreServer, admin: StoreClient) -> None:
     rollout = running_rollout(admin)
-    with server.client(server.auth.rollout_token(rollout.id)) as scoped:
+    with server.client(server.auth.rollout_token(rollout.id, 1)) as scoped:
         scoped.add_spans([span_for(rollout.id)])
         admin.update_status(rollout.id, RolloutStatus.succeeded)
         for call in (
@@ -178,7 +178,11 @@ def test_missing_or_invalid_tokens_get_401(server: StoreServer, headers: dict[st
 
 def test_tokens_of_another_project_or_unknown_rollout_get_401(server: StoreServer) -> None:
     stranger = TokenAuthority.generate()
-    for token in (stranger.admin_token, stranger.rollout_token("ro-1"), server.auth.rollout_token("ro-gone")):
+    for token in (
+        stranger.admin_token,
+        stranger.rollout_token("ro-1", 1),
+        server.auth.rollout_token("ro-gone", 1),
+    ):
         with server.client(token) as client, pytest.raises(StoreAuthError) as caught:
             client.list_resources()
         assert caught.value.status == 401

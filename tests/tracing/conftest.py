@@ -38,7 +38,7 @@ class TracingRig:
     def rollout(self) -> tuple[str, str]:
         """A running rollout and its token."""
         rollout_id = self.store.start_session({"question": "q"}).rollout.id
-        return rollout_id, self.auth.rollout_token(rollout_id)
+        return rollout_id, self.auth.rollout_token(rollout_id, 1)
 
     def agent(self) -> Agent:
         """A running rollout and the environment Tether gives the agent it runs."""

@@ -61,9 +61,9 @@ def trainer_for(tmp_path: Path, **overrides: object) -> Trainer:
         "val_every": 0,
         "checkpoint_every": 0,
         "timeout_s": 60,
-        # fp32 everywhere: on a CPU with native bf16 the default autocast alone moved the first ratio by
-        # ~4e-3 (an AVX512-BF16 machine, at temperature 1 too): numerics, not the sampler this file checks.
-        "policy": TrainConfig(model="tiny-random", lr=1e-3, micro_batch_tokens=4096, bf16=False),
+        # The learner's default precision, which must be the engine's: on a CPU with native bf16 an autocast
+        # learner moved the first ratio by ~4e-3 (at temperature 1 too).
+        "policy": TrainConfig(model="tiny-random", lr=1e-3, micro_batch_tokens=4096),
         **overrides,
     }
     store = SQLiteStore(tmp_path / "store.db")
@@ -84,7 +84,7 @@ def test_first_update_ratio_is_one_at_temperature_07(tmp_path: Path) -> None:
 
     transitions = train_transitions(trainer)
     assert {t.sampler for t in transitions} == {Sampler(temperature=0.7, top_p=0.9)}
-    learner = PolicyTrainer(TrainConfig(model="tiny-random", bf16=False))  # the weights that sampled them
+    learner = PolicyTrainer(TrainConfig(model="tiny-random"))  # the weights that sampled them
     scored = learner.logprobs(transitions)
     worst = max_gap(transitions, scored)
     assert worst < 1e-3

@@ -24,7 +24,7 @@ from typing import Any
 
 import httpx
 
-from tether.contracts import LLM_CHAT_SPAN, CallAttr, Meta
+from tether.contracts import LLM_CHAT_SPAN, CallAttr, Meta, agent_task
 from tether.gateway.prompts import SYSTEM_ROLES, PromptOverride, marked_span, system_text
 from tether.prompts import PROMPT_CANDIDATE, PROMPT_KIND
 from tether.runner import Runner
@@ -279,7 +279,7 @@ class CandidateRunner:
             lambda: self.store.query_spans(rollout_id=rollout_id, attempt=rollout.attempt_count, limit=10_000)
         )
         return Trace(
-            rollout.input,
+            agent_task(rollout.input),  # its prompts reach the agent: the optimizer never sees the reference
             float(reward),
             rollout.status.value,
             rollout.output,

@@ -43,8 +43,8 @@ from tether.gateway import HTTPUpstream, HTTPUpstreamConfig
 from tether.gateway.upstreams import Upstream
 from tether.project import Project
 from tether.ray import session as ray_session
-from tether.runner import Runner, TaskFileError, load_tasks
-from tether.runner.rewards import Evaluator
+from tether.runner import RewardError, Runner, TaskFileError, load_tasks
+from tether.runner.rewards import Evaluator, check_reference_reader
 from tether.stack import local_stack
 from tether.store import RolloutStatus, Store, Task
 
@@ -122,7 +122,8 @@ def _inputs(args: argparse.Namespace) -> Inputs:
     tasks, evaluator, agent = load_inputs(args)
     try:
         val_tasks = load_tasks(args.val_tasks)
-    except TaskFileError as exc:
+        check_reference_reader(evaluator, val_tasks)
+    except (TaskFileError, RewardError) as exc:
         raise SystemExit(f"tether: {exc}") from None
     initial = None
     if args.initial_prompt:
@@ -192,7 +193,7 @@ def run(args: argparse.Namespace) -> int:
             session = store.start_session(
                 {"purpose": "prompt-optimizer"}, worker_id=OPTIMIZER_AGENT, mode=OPTIMIZER_AGENT
             )
-            creds = stack.gateway.credentials(session.rollout.id)
+            creds = stack.gateway.credentials(session.rollout.id, session.attempt.number)
             optimizer = OptimizerLLM(
                 creds["base_url"],
                 optimizer_model,

@@ -25,6 +25,7 @@ from tether.cli.common import (
     runner_pools,
     serving_policy,
 )
+from tether.cli.sandbox_args import add_sandbox_args, sandbox_from_args
 from tether.cli.text import shown
 from tether.contracts import Meta
 from tether.project import Project
@@ -41,7 +42,7 @@ from tether.runner import (
     load_tasks,
     summarize,
 )
-from tether.runner.rewards import Evaluator
+from tether.runner.rewards import Evaluator, check_reference_reader
 from tether.stack import local_stack
 from tether.store import RolloutRequest, Task
 
@@ -56,8 +57,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description=(
             "Run an unmodified agent once per task (times --group-size) with N concurrent workers. The agent "
             "gets OPENAI_BASE_URL / OPENAI_API_KEY pointing at a recording gateway, and TETHER_TASK (the "
-            "task as JSON). Task fields also fill {placeholders} in the command. Its last stdout line is its "
-            "final output, which --reward scores. The run has a name (--run, or one derived from this "
+            "task as JSON, without its 'reference' object: those fields are for --reward only). Task fields "
+            "also fill {placeholders} in the command. Its last stdout line is its final output, which "
+            "--reward scores (it gets the whole task). The run has a name (--run, or one derived from this "
             "command line): running the same command again resumes it, running only what is missing."
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
@@ -96,11 +98,18 @@ def add_runner_args(parser: argparse.ArgumentParser) -> None:
         help="run agents as this OS user (Tether must run as root), so they cannot read the project's "
         "secret and store: see docs/security.md",
     )
-    parser.add_argument("--tasks", required=True, metavar="FILE", help="task file: JSON lines, one task each")
+    add_sandbox_args(parser)
+    parser.add_argument(
+        "--tasks",
+        required=True,
+        metavar="FILE",
+        help="task file: JSON lines, one task each; a task's 'reference' object is for --reward only",
+    )
     parser.add_argument(
         "--reward",
         metavar="MODULE:FUNCTION",
-        help="evaluator (task, output, trace) -> float or dict; a file.py:function works too",
+        help="evaluator (task, output, trace) -> float or dict; a file.py:function works too. It gets the "
+        "whole task, its 'reference' (the fields no agent sees) included",
     )
     parser.add_argument("--primary-reward", metavar="NAME", help="which named reward of a dict is the reward")
     parser.add_argument("--n-workers", type=int, default=4, help="agents running at once")
@@ -137,7 +146,9 @@ def load_inputs(args: argparse.Namespace) -> tuple[list[Task], Evaluator | None,
     try:
         tasks = load_tasks(args.tasks)
         evaluator = load_callable(args.reward) if args.reward else None
-        agent = CommandAgent(args.agent, cwd=args.agent_cwd, user=args.agent_user)
+        check_reference_reader(evaluator, tasks)
+        sandbox = sandbox_from_args(args, evaluator)
+        agent = CommandAgent(args.agent, cwd=args.agent_cwd, user=args.agent_user, sandbox=sandbox)
         for task in tasks:
             agent.argv(task.input)
     except (TaskFileError, RewardError, ValueError) as exc:

@@ -193,7 +193,7 @@ def _announce(gateway: Gateway, project: Project, token_path: Path, open_session
     out.write(f"dashboard: {url}/ui  (read-only viewer token: {gateway.auth.viewer_token})\n")
     if open_session:
         claim = gateway.store.start_session({"source": "tether serve"})
-        creds = gateway.credentials(claim.rollout.id)
+        creds = gateway.credentials(claim.rollout.id, claim.attempt.number)
         out.write(f"session rollout {claim.rollout.id}: run your agent in a shell with\n")
         out.write(f"export OPENAI_BASE_URL={creds['base_url']}\n")
         out.write(f"export OPENAI_API_KEY={creds['api_key']}\n")

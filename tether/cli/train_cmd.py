@@ -25,7 +25,8 @@ from tether.cli.rollout_cmd import AGENT_REWARDS, add_runner_args, load_inputs
 from tether.contracts import ALGORITHMS, POLICY_UPSTREAM
 from tether.project import Project
 from tether.ray import session as ray_session
-from tether.runner import TaskFileError, load_tasks
+from tether.runner import RewardError, TaskFileError, load_tasks
+from tether.runner.rewards import check_reference_reader
 from tether.trainer.curriculum import add_curriculum_args, curriculum_config
 
 if TYPE_CHECKING:
@@ -294,7 +295,8 @@ def run(args: argparse.Namespace) -> int:
     train_tasks, evaluator, agent = load_inputs(args)
     try:
         val_tasks = load_tasks(args.val_tasks) if args.val_tasks else []
-    except TaskFileError as exc:
+        check_reference_reader(evaluator, val_tasks)
+    except (TaskFileError, RewardError) as exc:
         raise SystemExit(f"tether: {exc}") from None
     pools = runner_pools(args, "train", [*train_tasks, *val_tasks], agent)
     if evaluator is None:

@@ -107,12 +107,14 @@ def create_admin_router(gateway: Gateway) -> APIRouter:
     @router.post("/sessions")
     async def open_session(body: SessionRequest | None = None) -> dict[str, str]:
         claim = await asyncio.to_thread(gateway.store.start_session, (body or SessionRequest()).input)
-        return gateway.credentials(claim.rollout.id)
+        return gateway.credentials(claim.rollout.id, claim.attempt.number)
 
     @router.get("/rollouts/{rollout_id}/credentials")
     async def credentials(rollout_id: str) -> dict[str, str]:
-        if await gateway.rollouts.get(rollout_id) is None:
+        """The current attempt's credentials (a queued rollout's: its first attempt's)."""
+        rollout = await gateway.rollouts.get(rollout_id, fresh=True)
+        if rollout is None:
             raise GatewayError(404, f"unknown rollout {rollout_id!r}", code="rollout_not_found")
-        return gateway.credentials(rollout_id)
+        return gateway.credentials(rollout_id, rollout.attempt_count or 1)
 
     return router

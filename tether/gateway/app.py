@@ -1,7 +1,8 @@
 """The gateway: an OpenAI-compatible API that attributes and durably records every model call.
 
-Agents get a base URL that names their rollout (`/rollouts/{id}/v1`) and an API key that is a token
-scoped to that rollout. Each call is routed by model name to an upstream, and becomes one span in the
+Agents get a base URL that names their rollout (`/rollouts/{id}/v1`) and an API key that is the token
+of their attempt (`tether.auth`): a call is taken only while that attempt is the rollout's running one,
+and is recorded as that attempt. Each call is routed by model name to an upstream, and becomes one span in the
 store with the exact prompt/response token ids, logprobs and the policy version that produced them.
 
 The model calls are the hot path: `Gateway.serve_call` answers them as plain ASGI, in front of FastAPI
@@ -23,7 +24,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from tether.auth import AuthError, TokenAuthority, authenticate, bearer_token, check_live
+from tether.auth import AuthError, Caller, TokenAuthority, authenticate, bearer_token
 from tether.auth import request_token as token_of_headers
 from tether.contracts import DEFAULT_ROUTE, POLICY_UPSTREAM, Meta
 from tether.gateway.admission import Admission
@@ -105,11 +106,12 @@ class Gateway:
     def base_url(self, rollout_id: str) -> str:
         return f"{self.config.public_url.rstrip('/')}/rollouts/{rollout_id}/v1"
 
-    def credentials(self, rollout_id: str) -> dict[str, str]:
+    def credentials(self, rollout_id: str, attempt: int = 1) -> dict[str, str]:
+        """What an agent of `attempt` (a session's is 1) needs: its rollout, base URL and token."""
         return {
             "rollout_id": rollout_id,
             "base_url": self.base_url(rollout_id),
-            "api_key": self.auth.rollout_token(rollout_id),
+            "api_key": self.auth.rollout_token(rollout_id, attempt),
         }
 
     async def aclose(self) -> None:
@@ -122,9 +124,13 @@ class Gateway:
     async def authorize(
         self, token: str | None, agent: str | None, path_rollout: str | None, path_attempt: int | None
     ) -> CallContext:
-        """The context of a call with `token` on a path naming `path_rollout` (and `path_attempt`)."""
-        rollout = await self.live_rollout(token, path_rollout)
-        attempt = path_attempt if path_attempt is not None else rollout.attempt_count
+        """The context of a call with `token` on a path naming `path_rollout` (and `path_attempt`). A
+        rollout token's call is its attempt's, whatever the path says; the admin's, the path's attempt
+        (by default the current one)."""
+        caller, rollout = await self.live_rollout(token, path_rollout, path_attempt)
+        attempt = caller.attempt if caller.attempt is not None else path_attempt
+        if attempt is None:
+            attempt = rollout.attempt_count
         if rollout.status != RolloutStatus.running:
             raise GatewayError(
                 409, f"rollout {rollout.id} is {rollout.status.value}, not running", code="conflict"
@@ -145,14 +151,17 @@ class Gateway:
             metadata.get(Meta.PROMPT_OVERRIDE),
         )
 
-    async def live_rollout(self, token: str | None, path_rollout: str | None) -> Rollout:
-        """The unfinished rollout that `token` may call for: its own, or the path's for the admin."""
+    async def live_rollout(
+        self, token: str | None, path_rollout: str | None, path_attempt: int | None = None
+    ) -> tuple[Caller, Rollout]:
+        """Who calls, and the rollout they may call for: a rollout token's own, while its attempt is the
+        running one; for the admin, the path's, while it is unfinished."""
         try:
-            caller = authenticate(self.auth, token, path_rollout)
+            caller = authenticate(self.auth, token, path_rollout, path_attempt)
             rollout_id = caller.rollout_id or path_rollout
             if rollout_id is None:
                 raise GatewayError(400, "model calls must name a rollout: use the base URL /rollouts/{id}/v1")
-            return check_live(rollout_id, await self.rollouts.get(rollout_id))
+            return caller, await self.rollouts.live(rollout_id, caller.attempt)
         except AuthError as exc:
             raise refused(exc) from None
 

@@ -40,6 +40,15 @@ def refused(error: AuthError) -> GatewayError:
         return forbidden(f"this API key belongs to another rollout, not {rollout_id!r}")
     if refusal is Refusal.UNKNOWN_ROLLOUT:
         return GatewayError(404, f"unknown rollout {rollout_id!r}", code="rollout_not_found")
+    if refusal is Refusal.OTHER_ATTEMPT:
+        return forbidden(error.reason)
     if refusal is Refusal.EXPIRED:
-        return unauthorized(f"API key expired: rollout {rollout_id} is {error.status}")
+        return _dead(f"API key expired: {error.reason}", "rollout_finished")
+    if refusal in (Refusal.ATTEMPT_OVER, Refusal.NOT_STARTED):
+        return _dead(f"API key expired: {error.reason}", refusal.value)
     return unauthorized("invalid API key: not a token issued by this Tether server")
+
+
+def _dead(message: str, code: str) -> GatewayError:
+    """A valid token whose attempt is not live: 401, as for any key that no longer works."""
+    return GatewayError(401, message, type="authentication_error", code=code)

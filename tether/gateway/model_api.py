@@ -19,7 +19,7 @@ def create_models_router(gateway: Gateway) -> APIRouter:
     async def models(request: Request, rollout_id: str | None = None) -> dict[str, Any]:
         token = request_token(request)
         if not gateway.auth.is_admin(token):
-            await gateway.live_rollout(token, rollout_id)  # a rollout token: its own live rollout only
+            await gateway.live_rollout(token, rollout_id)  # a rollout token: its own live attempt only
         names = sorted(
             {alias for alias in gateway.config.routes if alias != DEFAULT_ROUTE} | set(gateway.upstreams)
         )

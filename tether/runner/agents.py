@@ -10,12 +10,14 @@ import pwd
 import shlex
 import shutil
 import signal
+import string
 import tempfile
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from tether.contracts import SECRET_ENV
+from tether.contracts import SECRET_ENV, TASK_REFERENCE
+from tether.runner.sandbox import Command, NoSandbox, Sandbox, SandboxError
 
 OUTPUT_LIMIT_BYTES = 64 * 1024
 KILL_GRACE_S = 2.0
@@ -83,7 +85,8 @@ def _last_line(text: str) -> str | None:
 
 
 class CommandAgent:
-    """Runs a command per rollout. Task fields fill `{placeholders}` in the template, one argument each.
+    """Runs a command per rollout. Task fields fill `{placeholders}` in the template, one argument each;
+    a placeholder naming the task's `reference` (the evaluator's only) is refused here.
 
     The command is executed directly, never through a shell, so a task field is always one argument and
     cannot inject commands. A template that itself runs a shell (`sh -c '... {q}'`) hands task text to
@@ -96,6 +99,8 @@ class CommandAgent:
     secret. With `user`, the agent runs as that OS user, its primary group and no other group (Tether
     must run as root): the isolation boundary against an agent that reads files it was not given (see
     docs/security.md). Every agent runs as that same user: only a sandbox keeps agents from each other.
+    With `sandbox` (`tether/runner/sandbox.py`, e.g. `BwrapSandbox` for `--sandbox bwrap`), each process
+    is launched through it: the sandbox decides what it inherits, sees and reaches.
     """
 
     def __init__(
@@ -104,6 +109,7 @@ class CommandAgent:
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
         user: str | None = None,
+        sandbox: Sandbox | None = None,
     ) -> None:
         try:
             parts = shlex.split(template)
@@ -112,12 +118,15 @@ class CommandAgent:
         if not parts:
             raise ValueError("the agent command is empty")
         self.argv_template = [_absolute_if_path(part) for part in parts]
+        _refuse_reference_placeholders(self.argv_template)
         self.template = template
         self.cwd = cwd
         self.env = dict(env or {})
         self.user = user
         # The user, group and extra_groups of create_subprocess_exec: uid, primary gid, no other group.
         self.identity: dict[str, Any] = {} if user is None else _identity(user)
+        self.sandbox: Sandbox = sandbox or NoSandbox()
+        self.sandbox.check(self.identity)  # bad setup fails here, before any rollout
 
     def argv(self, task: dict[str, Any]) -> list[str]:
         fields = {key: value if isinstance(value, str) else str(value) for key, value in task.items()}
@@ -155,19 +164,27 @@ class CommandAgent:
             shutil.rmtree(scratch, ignore_errors=True)
 
     async def _run(self, argv: list[str], cwd: str, env: Mapping[str, str], timeout_s: float) -> AgentResult:
+        command = Command(argv, cwd, {**self.env, **env}, agent_environment(os.environ), self.identity)
+        try:
+            async with self.sandbox.launch(command) as launch:
+                return await self._spawn(launch, argv[0], timeout_s)
+        except (SandboxError, OSError) as exc:
+            return AgentResult(None, None, error=f"the sandbox could not start: {exc}")
+
+    async def _spawn(self, command: Command, program: str, timeout_s: float) -> AgentResult:
         try:
             process = await asyncio.create_subprocess_exec(
-                *argv,
-                cwd=cwd,
-                env={**agent_environment(os.environ), "PWD": cwd, **self.env, **env},
+                *command.argv,
+                cwd=command.cwd,
+                env=command.env,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 start_new_session=True,  # its own process group, so a timeout kills its children too
-                **self.identity,
+                **command.identity,
             )
         except OSError as exc:
-            return AgentResult(None, None, error=f"cannot start {argv[0]!r}: {exc.strerror or exc}")
+            return AgentResult(None, None, error=f"cannot start {program!r}: {exc.strerror or exc}")
         except ValueError as exc:  # e.g. a NUL byte from a task field in an argument
             return AgentResult(None, None, error=f"cannot start the agent: {exc}")
         out, err = _TailBuffer(), _TailBuffer()
@@ -204,6 +221,23 @@ PRIVATE_VARIABLES = frozenset(
 
 def agent_environment(environ: Mapping[str, str]) -> dict[str, str]:
     return {key: value for key, value in environ.items() if key not in PRIVATE_VARIABLES}
+
+
+def _placeholders(part: str) -> set[str]:
+    """The task fields an argument of the template names (`{a}`, `{a[b]}` and `{a.b}` all name `a`)."""
+    try:
+        names = [name for _, name, _, _ in string.Formatter().parse(part) if name]
+    except ValueError:  # a malformed template: `argv` says so, with the template
+        return set()
+    return {name.split(".")[0].split("[")[0] for name in names}
+
+
+def _refuse_reference_placeholders(argv_template: list[str]) -> None:
+    if any(TASK_REFERENCE in _placeholders(part) for part in argv_template):
+        raise ValueError(
+            f"the agent command uses {{{TASK_REFERENCE}}}: a task's {TASK_REFERENCE!r} is for the evaluator "
+            "only and never reaches the agent (docs/security.md); pass the agent its other fields"
+        )
 
 
 def _absolute_if_path(part: str) -> str:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import orjson
 
 from tether.auth import TokenAuthority
+from tether.contracts import agent_task
 from tether.runner.agents import LLM, Agent, AgentResult
 from tether.runner.rewards import AIRRules, Evaluator, RewardError, air_rewards, evaluate
 from tether.store.base import InvalidTransition, NotFound, Store
@@ -30,7 +31,7 @@ IDLE_RECHECK_S = 1.0
 
 @dataclass(frozen=True)
 class AgentEndpoints:
-    """Where agents reach the gateway, and the credentials each rollout gets."""
+    """Where agents reach the gateway, and the credentials each attempt gets (a token of its own)."""
 
     server_url: str
     auth: TokenAuthority
@@ -38,7 +39,7 @@ class AgentEndpoints:
 
     def llm(self, rollout_id: str, attempt: int) -> LLM:
         base = f"{self.server_url.rstrip('/')}/rollouts/{rollout_id}/attempts/{attempt}/v1"
-        return LLM(base_url=base, api_key=self.auth.rollout_token(rollout_id), model=self.model)
+        return LLM(base_url=base, api_key=self.auth.rollout_token(rollout_id, attempt), model=self.model)
 
     def env(self, rollout: Rollout, attempt: int) -> dict[str, str]:
         llm = self.llm(rollout.id, attempt)
@@ -48,7 +49,7 @@ class AgentEndpoints:
             "OPENAI_API_BASE": llm.base_url,
             "OPENAI_API_KEY": llm.api_key,
             "OPENAI_MODEL": llm.model,
-            "TETHER_TASK": orjson.dumps(rollout.input).decode(),
+            "TETHER_TASK": orjson.dumps(agent_task(rollout.input)).decode(),
             "TETHER_ROLLOUT_ID": rollout.id,
             "TETHER_ATTEMPT": str(attempt),
             "TETHER_SERVER": server,
@@ -151,8 +152,10 @@ class WorkerPool:
         result: AgentResult | None = None
         try:
             env = self.endpoints.env(rollout, attempt)
+            # The agent gets the task without its reference; the evaluator (in `_finish`) the whole task.
+            task = agent_task(rollout.input)
             result = await self.agent.run(
-                rollout.input, env, self.endpoints.llm(rollout.id, attempt), self.config.timeout_s
+                task, env, self.endpoints.llm(rollout.id, attempt), self.config.timeout_s
             )
         except asyncio.CancelledError:
             await asyncio.shield(self._close(rollout, attempt, RolloutStatus.cancelled, None, "interrupted"))

@@ -1,9 +1,11 @@
 """Rewards the runner computes: an evaluator's verdict, and automatic intermediate rewards (AIR).
 
 An evaluator is any function `(task, output, trace) -> float | dict[str, float]`, named as
-`module:function` or `path/to/file.py:function`. AIR rules turn system signals in the trace (a tool
-call that errored, a model call cut off by the length limit, output that should be JSON and is not)
-into step rewards linked to the span they came from.
+`module:function` or `path/to/file.py:function`. It gets the whole task, its `reference` included (the
+fields only the evaluator sees: `tether.runner.tasks`); tasks with a reference need an evaluator that
+takes the task, checked before anything runs (`check_reference_reader`). AIR rules turn system signals
+in the trace (a tool call that errored, a model call cut off by the length limit, output that should be
+JSON and is not) into step rewards linked to the span they came from.
 """
 
 from __future__ import annotations
@@ -12,14 +14,15 @@ import importlib
 import importlib.util
 import inspect
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from tether.store.models import Reward, Span
+from tether.contracts import TASK_REFERENCE, has_reference
+from tether.store.models import Reward, Span, Task
 
 if TYPE_CHECKING:
     from typing_extensions import TypeIs  # in typing from Python 3.13
@@ -59,6 +62,35 @@ def load_callable(spec: str) -> Callable[..., Any]:
 def _takes_trace(evaluator: Evaluator) -> TypeIs[TraceEvaluator]:
     parameters = inspect.signature(evaluator).parameters
     return len(parameters) >= 3 or any(p.kind == p.VAR_POSITIONAL for p in parameters.values())
+
+
+def takes_task(evaluator: Callable[..., Any]) -> bool:
+    """Whether `evaluator(task, output)` passes it the task: it takes two positional arguments or more."""
+    try:
+        parameters = inspect.signature(evaluator).parameters.values()
+    except (TypeError, ValueError):  # no signature to read (some builtins): assume it does
+        return True
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in parameters)
+
+
+def check_reference_reader(evaluator: Callable[..., Any] | None, tasks: Iterable[Task]) -> None:
+    """Raise RewardError when a task has a reference that no evaluator would read: there is none, or it
+    does not take the task."""
+    task = next((task for task in tasks if has_reference(task.input)), None)
+    if task is None:
+        return
+    name = getattr(evaluator, "__qualname__", repr(evaluator))
+    if evaluator is None:
+        raise RewardError(
+            f"task {task.id!r} has a {TASK_REFERENCE!r}, which only an evaluator reads, and no --reward "
+            "was given: add --reward MODULE:FUNCTION taking (task, output[, trace])"
+        )
+    if not takes_task(evaluator):
+        raise RewardError(
+            f"task {task.id!r} has a {TASK_REFERENCE!r}, but the evaluator {name} does not take the task: "
+            "it must take (task, output[, trace]) and read task[" + repr(TASK_REFERENCE) + "]"
+        )
 
 
 def _call_evaluator(evaluator: Evaluator, task: dict[str, Any], output: str | None, trace: list[Span]) -> Any:

@@ -1,4 +1,14 @@
-"""Task files: JSON lines (or a JSON array), one task per line, checked whole before anything runs."""
+"""Task files: JSON lines (or a JSON array), one task per line, checked whole before anything runs.
+
+Each task is a JSON object: an optional `id`, the fields its agent gets, and optionally `reference`, an
+object of fields for the evaluator only (the answer, gold SQL, passages):
+
+    {"id": "q1", "question": "What is 2 + 3?", "reference": {"answer": 5}}
+
+The evaluator is called with the whole task (`task["reference"]["answer"]`); the agent never sees the
+reference: not in TETHER_TASK, its `{placeholders}`, its Job, nor through its rollout token
+(`tether.contracts.agent_task`, docs/security.md).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +17,7 @@ from typing import Any
 
 import orjson
 
+from tether.contracts import TASK_REFERENCE
 from tether.store.models import Task
 
 
@@ -20,6 +31,11 @@ def _task(item: Any, where: str, dataset: str, index: int) -> Task:
     task_id = item.get("id")
     if task_id is not None and not isinstance(task_id, str | int):
         raise TaskFileError(f"{where}: 'id' must be a string or an integer")
+    if TASK_REFERENCE in item and not isinstance(item[TASK_REFERENCE], dict):
+        raise TaskFileError(
+            f"{where}: {TASK_REFERENCE!r} must be a JSON object of the fields only the evaluator sees, "
+            f'e.g. {{"{TASK_REFERENCE}": {{"answer": 5}}}}'
+        )
     fields = {key: value for key, value in item.items() if key != "id"}
     return Task(
         id=str(task_id) if task_id is not None else f"{dataset}-{index}", input=fields, dataset=dataset

@@ -1,7 +1,8 @@
 """The store's HTTP API: every `Store` method as a JSON route under `/store`, guarded by tokens.
 
-The admin token may do everything. A rollout token may only read its own rollout, heartbeat it, add
-spans and rewards for it, and read resources, and only until the rollout finishes. Errors are
+The admin token may do everything. A rollout token may only read its own rollout (without the task's
+`reference`, which is the evaluator's only), heartbeat it, add spans and rewards for it, and read
+resources other than run records, and only until the rollout finishes. Errors are
 OpenAI-shaped: `{"error": {"message", "type", "param", "code"}}`.
 """
 
@@ -21,6 +22,7 @@ from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tether.auth import AuthError, Caller, Refusal, TokenAuthority, authenticate, check_live, find_rollout
+from tether.contracts import RUN_RESOURCE_KIND, agent_task
 from tether.errors import APIError
 from tether.limits import MAX_BODY_BYTES, MAX_STORED_JSON_DEPTH, BodyTooLarge, read_bounded, too_deep
 from tether.store.base import InvalidTransition, InvalidValue, NotFound, Store, StoreAuthError, StoreError
@@ -271,17 +273,17 @@ def _refused(error: AuthError) -> StoreAPIError:
         return _unauthorized("missing token: send 'Authorization: Bearer <token>'", "missing_token")
     if refusal is Refusal.UNKNOWN_ROLLOUT:
         return _unauthorized(f"invalid token: rollout {rollout!r} does not exist", "invalid_token")
-    if refusal is Refusal.EXPIRED:
-        return _unauthorized(f"token expired: rollout {rollout!r} is {error.status}", "token_expired")
+    if refusal in (Refusal.EXPIRED, Refusal.ATTEMPT_OVER, Refusal.NOT_STARTED):
+        return _unauthorized(f"token expired: {error.reason}", "token_expired")
     return _unauthorized("invalid token", "invalid_token")
 
 
 def _authenticate(store: Store, auth: TokenAuthority, token: str | None) -> Caller:
-    """The caller, for a live rollout's token or the admin token; blocks on a store read."""
+    """The caller, for a live attempt's token or the admin token; blocks on a store read."""
     try:
         caller = authenticate(auth, token)
         if caller.rollout_id is not None:
-            check_live(caller.rollout_id, find_rollout(store, caller.rollout_id))
+            check_live(caller.rollout_id, find_rollout(store, caller.rollout_id), caller.attempt)
     except AuthError as exc:
         raise _refused(exc) from None
     return caller
@@ -295,12 +297,26 @@ def _require_admin(caller: Caller) -> None:
         )
 
 
+def _as_seen_by(caller: Caller, rollout: Rollout) -> Rollout:
+    """A rollout as the caller may read it: an agent's token never gets the task's reference."""
+    return rollout if caller.is_admin else rollout.model_copy(update={"input": agent_task(rollout.input)})
+
+
+def _readable(caller: Caller, resource: Resource) -> bool:
+    return caller.is_admin or resource.kind != RUN_RESOURCE_KIND
+
+
 def _require_rollout(caller: Caller, rollout_ids: Sequence[str]) -> None:
     if caller.is_admin:
         return
     others = sorted({rollout_id for rollout_id in rollout_ids if rollout_id != caller.rollout_id})
     if others:
         raise _forbidden(f"this token is scoped to rollout {caller.rollout_id!r}, not {', '.join(others)}")
+
+
+def _require_attempt(caller: Caller, attempt: int) -> None:
+    if not caller.is_admin and attempt != caller.attempt:
+        raise _forbidden(f"this token is scoped to attempt {caller.attempt} of its rollout, not {attempt}")
 
 
 # -- routes ---------------------------------------------------------------------------------------------
@@ -394,7 +410,7 @@ def create_store_router(store: Store, auth: TokenAuthority, *, max_wait_s: float
     @router.get("/rollouts/{rollout_id}", summary="Get a rollout")
     def get_rollout(rollout_id: str, who: AnyCaller) -> Rollout:
         _require_rollout(who, [rollout_id])
-        return store.get_rollout(rollout_id)
+        return _as_seen_by(who, store.get_rollout(rollout_id))
 
     @router.get("/rollouts/{rollout_id}/attempts", summary="List a rollout's attempts")
     def list_attempts(rollout_id: str, _: Admin) -> list[Attempt]:
@@ -413,6 +429,7 @@ def create_store_router(store: Store, auth: TokenAuthority, *, max_wait_s: float
     @router.post("/rollouts/{rollout_id}/heartbeat", status_code=204, summary="Heartbeat a running attempt")
     def heartbeat(rollout_id: str, body: HeartbeatRequest, who: AnyCaller) -> None:
         _require_rollout(who, [rollout_id])
+        _require_attempt(who, body.attempt)
         store.heartbeat(rollout_id, body.attempt)
 
     @router.get("/rollouts/{rollout_id}/rewards", summary="List a rollout's rewards")
@@ -423,7 +440,7 @@ def create_store_router(store: Store, auth: TokenAuthority, *, max_wait_s: float
     def add_spans(body: SpansRequest, who: AnyCaller) -> None:
         _require_rollout(who, [span.rollout_id for span in body.spans])
         spans: list[Span] = list(body.spans)
-        store.add_spans(spans if who.is_admin else [agent_span(span) for span in spans])
+        store.add_spans(spans if who.is_admin else [agent_span(span, who.attempt) for span in spans])
 
     @router.get("/spans", summary="Query spans in insertion order")
     def query_spans(
@@ -443,11 +460,13 @@ def create_store_router(store: Store, auth: TokenAuthority, *, max_wait_s: float
     def add_rewards(body: RewardsRequest, who: AnyCaller) -> None:
         _require_rollout(who, [reward.rollout_id for reward in body.rewards])
         rewards: list[Reward] = list(body.rewards)
-        store.add_rewards(rewards if who.is_admin else [agent_reward(reward) for reward in rewards])
+        store.add_rewards(
+            rewards if who.is_admin else [agent_reward(reward, who.attempt) for reward in rewards]
+        )
 
     @router.get("/resources", summary="Latest version of every resource")
-    def list_resources(_: AnyCaller) -> list[Resource]:
-        return store.list_resources()
+    def list_resources(who: AnyCaller) -> list[Resource]:
+        return [resource for resource in store.list_resources() if _readable(who, resource)]
 
     @router.put("/resources/{name:path}", summary="Store a new version of a resource")
     def put_resource(name: str, body: ResourceBody, _: Admin) -> Resource:
@@ -455,9 +474,12 @@ def create_store_router(store: Store, auth: TokenAuthority, *, max_wait_s: float
 
     @router.get("/resources/{name:path}", summary="Get a resource (latest version unless one is given)")
     def get_resource(
-        name: str, _: AnyCaller, version: Annotated[SQLiteInt | None, Query()] = None
+        name: str, who: AnyCaller, version: Annotated[SQLiteInt | None, Query()] = None
     ) -> Resource:
-        return store.get_resource(name, version)
+        resource = store.get_resource(name, version)
+        if not _readable(who, resource):
+            raise _forbidden("run records are the operator's: reading one needs the admin token")
+        return resource
 
     return router
 

@@ -12,8 +12,9 @@ Span attributes keep their OpenTelemetry keys. Besides them a stored span has:
 - `resource`: the resource attributes, as one nested object (e.g. `{"service.name": "agent"}`);
 - `otel.scope` and `otel.scope.version`: the instrumentation scope's name and version, when set;
 - `otel.links`: the span's links, when it has any.
-A span attribute of the same name wins over these. The attempt is the `tether.attempt` attribute (span,
-then resource) when present, else the rollout's current attempt.
+A span attribute of the same name wins over these. With a rollout token the attempt is the token's, and
+the token works only while that attempt runs. With the admin token it is the `tether.attempt` attribute
+(span, then resource) when present, else the rollout's current attempt.
 """
 
 from __future__ import annotations
@@ -104,8 +105,8 @@ def _refused(error: AuthError) -> OTLPError:
         return OTLPError(
             404, f"unknown rollout {rollout_id!r}", type="not_found_error", code="rollout_not_found"
         )
-    if refusal is Refusal.EXPIRED:
-        return _unauthorized(f"token expired: rollout {rollout_id!r} is {error.status}", "token_expired")
+    if refusal in (Refusal.EXPIRED, Refusal.ATTEMPT_OVER, Refusal.NOT_STARTED):
+        return _unauthorized(f"token expired: {error.reason}", "token_expired")
     return _unauthorized("invalid token: not a token issued by this Tether server", "invalid_token")
 
 
@@ -397,12 +398,12 @@ def _rollout_for(caller: Caller, path_rollout: str | None, item: ParsedSpan, cla
 
 
 def _lookup(store: Store, caller: Caller, rollout_id: str) -> Rollout:
-    """The rollout spans go to: any rollout for the admin, a live one for a rollout token."""
+    """The rollout spans go to: any rollout for the admin, a live attempt's for a rollout token."""
     rollout = find_rollout(store, rollout_id)
     if caller.is_admin and rollout is not None:
         return rollout
     try:
-        return check_live(rollout_id, rollout)
+        return check_live(rollout_id, rollout, caller.attempt)
     except AuthError as exc:
         raise _refused(exc) from None
 
@@ -429,9 +430,11 @@ def attribute_spans(
     for rollout_id in {target[1] for target in targets} - rollouts.keys():
         rollouts[rollout_id] = _lookup(store, caller, rollout_id)
     spans = []
-    for item, rollout_id, attempt in targets:
-        current = rollouts[rollout_id].attempt_count or None
-        spans.append(to_span(item, rollout_id, current if attempt is None else attempt))
+    for item, rollout_id, claimed_attempt in targets:
+        attempt = caller.attempt if caller.attempt is not None else claimed_attempt
+        if attempt is None:
+            attempt = rollouts[rollout_id].attempt_count or None
+        spans.append(to_span(item, rollout_id, attempt))
     return spans
 
 

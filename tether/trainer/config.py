@@ -49,8 +49,8 @@ class TrainConfig:
     loss_agg: str = "rollout"
     micro_batch_tokens: int = 2048  # padded tokens (rows x width) per forward/backward
     max_seq_len: int = 4096  # prompt + response; also limited by the model's context
-    # bf16 autocast of the transformer body (weights, lm_head and loss stay fp32). None: only where bf16
-    # is native (CUDA, CPUs with AVX512-BF16 or AMX); elsewhere it is emulated and 5-20x slower than fp32.
+    # bf16 autocast of the transformer body (weights, lm_head and loss stay fp32). None: the built-in
+    # engine's precision (bf16 on a CUDA device that supports it, fp32 on CPUs), so learner and sampler agree.
     bf16: bool | None = None
     seed: int = 0
     device: str | None = None  # default: cuda if available, else cpu

@@ -13,20 +13,34 @@ import pytest
 
 from tests.runner.k8s.apiserver import KUBERNETES_VERSION, iter_env
 from tests.runner.k8s.conftest import AGENT, TEMPLATE, KubeCluster, free_port
+from tether.auth import TokenAuthority
 from tether.cli.main import main
-from tether.runner.k8s.manifest import AttemptRef, JobSettings, JobTemplate, TemplateError, build_job
-from tether.store import SQLiteStore
+from tether.runner import AgentEndpoints, CommandAgent
+from tether.runner.k8s.job_agent import render_context
+from tether.runner.k8s.manifest import (
+    AttemptRef,
+    JobSettings,
+    JobTemplate,
+    TemplateError,
+    build_job,
+    build_secret,
+)
+from tether.store import Rollout, SQLiteStore
 
 ROOT = Path(__file__).parents[3]
 DEMO = ROOT / "examples" / "arith_agent"
 
 
-def tasks_file(tmp_path: Path, count: int = 2) -> Path:
+def tasks_file(tmp_path: Path, count: int = 2, reference: bool = False) -> Path:
+    """Tasks for the demo agent; with `reference`, their answers are the evaluator's only."""
     path = tmp_path / "tasks.jsonl"
     lines = [
         {"id": f"t{i}", "question": f"What is {i} plus 2?", "answer": i + 2, "q": f"q{i}"}
         for i in range(count)
     ]
+    if reference:
+        for line in lines:
+            line["reference"] = {"answer": line.pop("answer")}
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     return path
 
@@ -122,6 +136,32 @@ def test_the_demo_template_renders_a_valid_job(tmp_path: Path) -> None:
     assert {e["name"] for e in iter_env(job)} == set(env)
 
 
+def test_a_tasks_reference_reaches_neither_the_job_nor_its_secret() -> None:
+    """The template sees the task without its reference, the command is filled from it, and the pod's
+    environment is the local agent's: TETHER_TASK without the reference."""
+    source = (
+        (DEMO / "k8s-job.yaml.j2")
+        .read_text()
+        .replace(
+            "          command: {{ command | tojson }}\n",
+            "          command: {{ command | tojson }}\n"
+            "          env: [{name: TASK, value: {{ task | tojson | tojson }}}]\n",
+        )
+    )
+    assert "{{ task | tojson | tojson }}" in source  # a template that puts the whole task in the pod
+    task = {"question": "What is 3 plus 4?", "reference": {"answer": "ref-7-secret"}}
+    rollout = Rollout(id="ro-0123456789abcdef", task_id="t", input=task, created_at=0.0)
+    ref = AttemptRef(rollout.id, 1, "train-arith")
+    agent = CommandAgent("python /app/agent.py --q {question}")
+    endpoints = AgentEndpoints("http://host.minikube.internal:8123", TokenAuthority.generate())
+    env, token = endpoints.env(rollout, 1), endpoints.auth.rollout_token(rollout.id, 1)
+    rendered = JobTemplate(source).render(render_context(rollout, 1, agent, ref.job_name))
+    job = build_job(rendered, ref, env, token, JobSettings("agents", 120, 600))
+    shipped = orjson.dumps([job, build_secret(ref, env, token, "agents", "uid-1")]).decode()
+    assert "What is 3 plus 4?" in shipped and "ref-7-secret" not in shipped and "reference" not in shipped
+    assert job["spec"]["template"]["spec"]["containers"][0]["command"][-1] == "What is 3 plus 4?"
+
+
 def test_the_demo_agent_trains_through_jobs_for_two_steps(tmp_path: Path, cluster: KubeCluster) -> None:
     cluster.state.images.add("tether-arith-agent:dev")
     args = [
@@ -129,7 +169,7 @@ def test_the_demo_agent_trains_through_jobs_for_two_steps(tmp_path: Path, cluste
         "--agent",
         f"{sys.executable} {DEMO / 'agent.py'}",
         "--tasks",
-        str(tasks_file(tmp_path)),
+        str(tasks_file(tmp_path, reference=True)),
         "--reward",
         f"{DEMO / 'reward.py'}:correct",
         "--model",

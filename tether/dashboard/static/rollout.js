@@ -22,7 +22,8 @@ pages.rollout = async function (view, params, rolloutId) {
         ["attempts", `${r.attempt_count} of ${r.max_attempts}`],
         ["created", when(r.created_at)],
       ]),
-      el("div", {}, el("h3", {}, "Output"), el("pre", { class: "text" }, r.output || "–"), r.error ? el("h3", {}, "Error") : null, r.error ? el("pre", { class: "text error" }, r.error) : null),
+      // The whole task, its `reference` (the evaluator's only, never the agent's) included: for the operator.
+      el("div", {}, el("h3", {}, "Task"), el("pre", { class: "text" }, JSON.stringify(r.input, null, 2)), el("h3", {}, "Output"), el("pre", { class: "text" }, r.output || "–"), r.error ? el("h3", {}, "Error") : null, r.error ? el("pre", { class: "text error" }, r.error) : null),
     ),
     el("section", { class: "card" }, el("h2", {}, "Attempts"), attemptsTable(detail.attempts)),
     el("section", { class: "card" }, el("h2", {}, "Rewards"), rewardsTable(detail.rewards)),

@@ -13,6 +13,7 @@ from typing import Any
 
 from kubernetes.client.rest import ApiException
 
+from tether.contracts import agent_task
 from tether.runner.agents import LLM, Agent, AgentResult, CommandAgent
 from tether.runner.k8s.api import Kube, api_error, invalid_job
 from tether.runner.k8s.manifest import (
@@ -34,7 +35,9 @@ ERROR_LOG_CHARS = 4000
 
 
 def render_context(rollout: Rollout, attempt: int, agent: Agent | None, job_name: str) -> dict[str, Any]:
-    command = agent.argv(rollout.input) if isinstance(agent, CommandAgent) else None
+    """What the Job template sees: the task without its reference (the pod is the agent's)."""
+    task = agent_task(rollout.input)
+    command = agent.argv(task) if isinstance(agent, CommandAgent) else None
     details = {
         "id": rollout.id,
         "attempt": attempt,
@@ -43,7 +46,7 @@ def render_context(rollout: Rollout, attempt: int, agent: Agent | None, job_name
         "task_id": rollout.task_id,
         "sample": rollout.sample,
     }
-    return {"task": rollout.input, "rollout": details, "command": command, "job_name": job_name}
+    return {"task": task, "rollout": details, "command": command, "job_name": job_name}
 
 
 @dataclass
@@ -63,7 +66,7 @@ class JobAgent:
         rollout = await asyncio.to_thread(self.store.get_rollout, env["TETHER_ROLLOUT_ID"])
         ref = AttemptRef(rollout.id, int(env["TETHER_ATTEMPT"]), rollout.run)
         pod_env = self.endpoints.env(rollout, ref.attempt)
-        token = self.endpoints.auth.rollout_token(rollout.id)
+        token = self.endpoints.auth.rollout_token(rollout.id, ref.attempt)
         try:
             rendered = self.template.render(
                 render_context(rollout, ref.attempt, self.command_agent, ref.job_name)

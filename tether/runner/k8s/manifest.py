@@ -85,9 +85,10 @@ def attempt_selector(ref: AttemptRef) -> str:
 
 
 class JobTemplate:
-    """A Jinja YAML template of a Job. Rendering sees `task` (the task's fields), `rollout` (id, attempt,
-    run, mode, task_id, sample), `command` (the --agent command filled with the task, as a list) and
-    `job_name`; undefined names are errors, not empty strings."""
+    """A Jinja YAML template of a Job. Rendering sees `task` (the task's fields but its `reference`, which
+    is the evaluator's only), `rollout` (id, attempt, run, mode, task_id, sample), `command` (the --agent
+    command filled with the task, as a list) and `job_name`; undefined names are errors, not empty
+    strings."""
 
     def __init__(self, source: str, origin: str = "the Job template") -> None:
         self.origin = origin

@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 from urllib.parse import urlsplit
 
-CHUNK = 64 * 1024
+from tether.runner.splice import splice
 
 
 class Relay:
@@ -38,22 +38,4 @@ class Relay:
             self._server = None
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            up_reader, up_writer = await asyncio.open_connection(self.target_host, self.target_port)
-        except OSError:
-            writer.close()
-            return
-        await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer), return_exceptions=True)
-        for stream in (writer, up_writer):
-            stream.close()
-
-
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    try:
-        while chunk := await reader.read(CHUNK):
-            writer.write(chunk)
-            await writer.drain()
-        if writer.can_write_eof():
-            writer.write_eof()
-    except (ConnectionError, OSError):
-        writer.close()
+        await splice(reader, writer, self.target_host, self.target_port)

@@ -1,0 +1,396 @@
+"""How an agent's process is confined (`--sandbox KIND`): the seam between the launcher and the OS.
+
+A `Sandbox` turns the command Tether would run (argv, cwd, the environment Tether gives the agent and
+what it would inherit) into the command to exec, inside `launch`, which also sets up and tears down what
+the sandbox needs around that one process. `NoSandbox` is the default and changes nothing. `BwrapSandbox`
+runs the agent under bubblewrap (Debian's `bubblewrap`) with its own user, PID, IPC, network, UTS and
+mount namespaces, no capabilities, an environment from an allow-list, the file system read-only except
+its scratch directory, the project's state and the run's task and evaluator files hidden, resource
+limits, and one way out: the gateway, through a Unix socket per sandbox (`sandbox_relay.py`). What each
+guarantee is, and the test that proves it: docs/security.md. A new kind is a class with `check` and
+`launch`, and one `register(...)` line at the end of this file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+from tether.registry import Registry
+from tether.runner import sandbox_relay
+
+RELAY_SOURCE = Path(sandbox_relay.__file__)
+CHECK_TIMEOUT_S = 30.0
+EMPTY = "empty"
+
+
+class SandboxError(ValueError):
+    """A sandbox that cannot work here; the message is one line that names the fix."""
+
+
+@dataclass(frozen=True)
+class Command:
+    """One agent process: what to exec, where, with what environment, as whom.
+
+    `env` is what Tether gives this attempt (OPENAI_BASE_URL, the rollout token, TETHER_TASK, ...) plus
+    the launcher's own extra variables; `inherited` is what the agent would inherit from Tether's own
+    environment (already without Tether's private settings and the operator's secrets); `identity` is
+    the `user`/`group`/`extra_groups` of `create_subprocess_exec` (empty: Tether's own user)."""
+
+    argv: list[str]
+    cwd: str
+    env: dict[str, str]
+    inherited: dict[str, str] = field(default_factory=dict)
+    identity: dict[str, Any] = field(default_factory=dict)
+
+
+class Sandbox(Protocol):
+    def check(self, identity: Mapping[str, Any]) -> None:
+        """Raise SandboxError (one line, naming the fix) when this sandbox cannot run agents here."""
+
+    def launch(self, command: Command) -> contextlib.AbstractAsyncContextManager[Command]:
+        """The command to exec in place of `command`, valid until the context ends (after the process)."""
+
+
+class NoSandbox:
+    """Today's launch: the agent inherits Tether's environment (minus its private settings)."""
+
+    def check(self, identity: Mapping[str, Any]) -> None:
+        return None
+
+    @contextlib.asynccontextmanager
+    async def launch(self, command: Command) -> AsyncIterator[Command]:
+        yield replace(command, env={**command.inherited, "PWD": command.cwd, **command.env})
+
+
+# -- bubblewrap ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    """Per process (setrlimit), 0 for none. RLIMIT_NPROC is the sandbox's whole process (and thread)
+    count; the kernel does not apply it to uid 0, so as root it needs `--agent-user`."""
+
+    cpu_s: int = 600
+    memory_mib: int = 4096
+    processes: int = 256
+
+
+@dataclass(frozen=True)
+class SandboxOptions:
+    limits: SandboxLimits = SandboxLimits()
+    env_names: tuple[str, ...] = ()  # more variables of Tether's environment to pass (--sandbox-env)
+    hide: tuple[str, ...] = ()  # paths the agent must not see (the project's state, task files, ...)
+    executable: str = "bwrap"
+
+
+# What every sandboxed agent gets from Tether's environment, besides Tether's own variables for it.
+PASSED_NAMES = frozenset({"PATH", "LANG", "LANGUAGE", "TZ", "TERM"})
+PASSED_PREFIXES = ("LC_",)
+# Directories every process may write to or leave sockets in, emptied in the sandbox: other rollouts'
+# scratch directories, Tether's, PostgreSQL's and the Docker daemon's sockets live there.
+SHARED_DIRS = ("/tmp", "/var/tmp", "/run")
+SHM_BYTES = 64 * 1024 * 1024
+INNER_FALLBACK_PORT = 8080  # the gateway's own port unless it is privileged (< 1024) inside the sandbox
+MISSING = (
+    "--sandbox bwrap: bubblewrap is not installed (no `{exe}` on PATH): apt-get install bubblewrap "
+    "(or bash scripts/ensure_bwrap.sh)"
+)
+NO_NAMESPACES = (
+    "--sandbox bwrap: bwrap cannot create the sandbox here ({why}): enable unprivileged user namespaces "
+    "(sysctl -w kernel.unprivileged_userns_clone=1 user.max_user_namespaces=15000; on Ubuntu also "
+    "kernel.apparmor_restrict_unprivileged_userns=0), or run Tether as root"
+)
+NO_SETUP = "--sandbox bwrap: bwrap cannot set up the sandbox here ({why})"
+NO_PYTHON = (
+    "--sandbox bwrap: none of {tried} runs inside the sandbox as {who} (needed for its network relay): "
+    "install python3 where that user can run it"
+)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where things are, for one sandbox."""
+
+    scratch: str
+    relay_dir: str
+    hide: tuple[str, ...] = ()
+    files: tuple[str, ...] = ()  # files the command names, kept visible under emptied directories
+
+
+@dataclass(frozen=True)
+class Ready:
+    bwrap: str
+    python: str
+    disable_userns: bool
+
+
+class BwrapSandbox:
+    def __init__(self, options: SandboxOptions | None = None) -> None:
+        self.options = options or SandboxOptions()
+        self._ready: dict[int | None, Ready] = {}
+
+    # -- the check, at start ---------------------------------------------------------------------------
+
+    def check(self, identity: Mapping[str, Any]) -> None:
+        uid = identity.get("user")
+        if uid in self._ready:
+            return
+        bwrap = shutil.which(self.options.executable)
+        if bwrap is None:
+            raise SandboxError(MISSING.format(exe=self.options.executable))
+        disable = "--disable-userns" in _help(bwrap)
+        why = self._trial(Ready(bwrap, "", disable), ["true"], identity)
+        if why is not None:
+            fix = NO_NAMESPACES if re.search("namespace|uid map|unshare", why, re.IGNORECASE) else NO_SETUP
+            raise SandboxError(fix.format(why=why))
+        tried = _python_candidates()
+        for python in tried:
+            ready = Ready(bwrap, python, disable)
+            if self._trial(ready, [python, "-I", "-S", "-c", "pass"], identity, relay=True) is None:
+                self._ready[uid] = ready
+                return
+        who = "Tether's user" if uid is None else f"uid {uid}"
+        raise SandboxError(NO_PYTHON.format(tried=", ".join(tried), who=who))
+
+    def _trial(
+        self, ready: Ready, argv: list[str], identity: Mapping[str, Any], relay: bool = False
+    ) -> str | None:
+        """Run `argv` in a sandbox laid out as an agent's; None when it ran, else bwrap's last line."""
+        with tempfile.TemporaryDirectory(prefix="tether-sandbox-check-") as folder:
+            _own(folder, identity)
+            layout = Layout(scratch=_mkdir(folder, "scratch"), relay_dir=_mkdir(folder, "relay"))
+            _prepare_relay_dir(layout.relay_dir, identity)
+            _own(layout.scratch, identity)
+            inner = self._inner(ready, layout, argv, None) if relay else argv
+            command = bwrap_argv(ready, layout, inner)
+            try:
+                done = subprocess.run(
+                    command,
+                    cwd=layout.scratch,
+                    env={"PATH": os.environ.get("PATH", os.defpath)},
+                    stdin=subprocess.DEVNULL,
+                    capture_output=True,
+                    timeout=CHECK_TIMEOUT_S,
+                    **identity,
+                )
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                return str(exc)
+        lines = done.stderr.decode(errors="replace").strip().splitlines()
+        return None if done.returncode == 0 else (lines[-1] if lines else f"exit code {done.returncode}")
+
+    # -- one agent -------------------------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def launch(self, command: Command) -> AsyncIterator[Command]:
+        uid = command.identity.get("user")
+        if uid not in self._ready:
+            await asyncio.to_thread(self.check, command.identity)
+        ready = self._ready[uid]
+        target = gateway_address(command.env)
+        inner_port = _inner_port(target)
+        with tempfile.TemporaryDirectory(prefix="tether-sandbox-") as relay_dir:
+            _prepare_relay_dir(relay_dir, command.identity)
+            server = None
+            if target is not None:
+                socket_path = os.path.join(relay_dir, "gateway.sock")
+                server = await sandbox_relay.serve_socket(socket_path, target[0], target[1])
+                _own(socket_path, command.identity)
+            try:
+                layout = self._layout(command, relay_dir)
+                inner = self._inner(ready, layout, command.argv, inner_port if server else None)
+                yield replace(
+                    command,
+                    argv=bwrap_argv(ready, layout, inner),
+                    env=self.environment(command, target, inner_port),
+                )
+            finally:
+                if server is not None:
+                    server.close()
+                    with contextlib.suppress(Exception):
+                        await asyncio.wait_for(server.wait_closed(), 5)
+
+    def _layout(self, command: Command, relay_dir: str) -> Layout:
+        hide = tuple(_existing(self.options.hide))
+        named = [p for p in _existing(command.argv) if os.path.isfile(p)]
+        files = tuple(p for p in named if _under(p, _shared_dirs()) and not _under(p, hide))
+        return Layout(os.path.realpath(command.cwd), relay_dir, hide, files)
+
+    def _inner(self, ready: Ready, layout: Layout, argv: Sequence[str], port: int | None) -> list[str]:
+        """The relay, which listens on the sandbox's loopback, sets the limits and runs the agent."""
+        limits = self.options.limits
+        relay = [ready.python, "-I", "-S", os.path.join(layout.relay_dir, RELAY_SOURCE.name)]
+        if port is not None:
+            relay += ["--port", str(port), "--socket", os.path.join(layout.relay_dir, "gateway.sock")]
+        relay += ["--cpu", str(limits.cpu_s), "--memory", str(limits.memory_mib * 1024 * 1024)]
+        return [*relay, "--processes", str(limits.processes), "--", *argv]
+
+    def environment(
+        self, command: Command, target: tuple[str, int] | None, inner_port: int
+    ) -> dict[str, str]:
+        """Only allow-listed names of what the agent would inherit, then Tether's own variables for it,
+        with the gateway's address replaced by the relay's. HOME and TMPDIR are the scratch directory."""
+        names = set(self.options.env_names)
+        env = {
+            key: value
+            for key, value in command.inherited.items()
+            if key in PASSED_NAMES or key.startswith(PASSED_PREFIXES) or key in names
+        }
+        env.update({"HOME": command.cwd, "TMPDIR": command.cwd, "PWD": command.cwd})
+        if "HOME" in names and "HOME" in command.inherited:
+            env["HOME"] = command.inherited["HOME"]
+        given = command.env
+        if target is not None:
+            given = _retarget(given, target, inner_port)
+        return {**env, **given}
+
+
+def bwrap_argv(ready: Ready, layout: Layout, inner: Sequence[str]) -> list[str]:
+    """The bwrap command line: namespaces, then mounts in order (a later mount covers an earlier one)."""
+    shared = _shared_dirs()
+    argv = [ready.bwrap, "--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-net"]
+    argv += ["--unshare-uts", "--unshare-cgroup-try", "--hostname", "tether-sandbox"]
+    argv += ["--disable-userns"] if ready.disable_userns else []
+    argv += ["--cap-drop", "ALL", "--die-with-parent", "--new-session"]
+    argv += ["--ro-bind", "/", "/", "--dev", "/dev", "--size", str(SHM_BYTES), "--tmpfs", "/dev/shm"]
+    argv += ["--proc", "/proc"]
+    for folder in shared:
+        argv += ["--tmpfs", folder]
+    for path in layout.files:
+        argv += ["--ro-bind", path, path]
+    argv += ["--ro-bind", layout.relay_dir, layout.relay_dir]
+    first = [p for p in layout.hide if not _under(p, shared)]  # what is under those is gone already
+    again = [p for p in layout.hide if _under(p, [layout.scratch])]  # the scratch bind shows it again
+    empty = os.path.join(layout.relay_dir, EMPTY)
+    argv += _hiding(first, empty)
+    argv += ["--bind", layout.scratch, layout.scratch]
+    argv += _hiding(again, empty)
+    for folder in dict.fromkeys([*shared, *(p for p in [*first, *again] if os.path.isdir(p)), "/dev"]):
+        argv += ["--remount-ro", folder]
+    return [*argv, "--chdir", layout.scratch, "--", *inner]
+
+
+def _hiding(paths: Iterable[str], empty: str) -> list[str]:
+    """An empty directory over each directory, an empty file over each file."""
+    argv: list[str] = []
+    for path in paths:
+        argv += ["--tmpfs", path] if os.path.isdir(path) else ["--ro-bind", empty, path]
+    return argv
+
+
+def gateway_address(env: Mapping[str, str]) -> tuple[str, int] | None:
+    """The gateway's host and port, from the variables the runner gives every agent."""
+    url = env.get("TETHER_SERVER") or env.get("OPENAI_BASE_URL")
+    if not url:
+        return None
+    parts = urlsplit(url)
+    if parts.hostname is None:
+        return None
+    return parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)
+
+
+def _inner_port(target: tuple[str, int] | None) -> int:
+    return target[1] if target is not None and target[1] >= 1024 else INNER_FALLBACK_PORT
+
+
+def _retarget(env: Mapping[str, str], target: tuple[str, int], inner_port: int) -> dict[str, str]:
+    """Every URL of the gateway in `env` rewritten to the relay's address on the sandbox's loopback."""
+    host = f"[{target[0]}]" if ":" in target[0] else target[0]
+    pattern = re.compile(rf"https?://{re.escape(host)}(:{target[1]})?(?=[/?#]|$)")
+    inner = f"http://127.0.0.1:{inner_port}"
+    return {key: pattern.sub(inner, value) for key, value in env.items()}
+
+
+def _help(bwrap: str) -> str:
+    try:
+        done = subprocess.run([bwrap, "--help"], capture_output=True, timeout=CHECK_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return done.stdout.decode(errors="replace") + done.stderr.decode(errors="replace")
+
+
+def _python_candidates() -> list[str]:
+    found = [sys.executable, shutil.which("python3") or "", "/usr/bin/python3"]
+    return [p for p in dict.fromkeys(found) if p and os.path.exists(p)]
+
+
+def _prepare_relay_dir(folder: str, identity: Mapping[str, Any]) -> None:
+    """The relay's code, and the empty file shown in place of hidden files."""
+    shutil.copyfile(RELAY_SOURCE, os.path.join(folder, RELAY_SOURCE.name))
+    Path(folder, EMPTY).touch(0o444)
+    for path in (folder, os.path.join(folder, RELAY_SOURCE.name), os.path.join(folder, EMPTY)):
+        _own(path, identity)
+
+
+def _own(path: str, identity: Mapping[str, Any]) -> None:
+    """Give `path` to the agent's user, who runs bwrap (and must connect to the socket)."""
+    if identity.get("user") is not None:
+        os.chown(path, identity["user"], identity.get("group", -1))
+
+
+def _mkdir(parent: str, name: str) -> str:
+    path = os.path.join(parent, name)
+    os.mkdir(path, 0o700)
+    return path
+
+
+def _shared_dirs() -> list[str]:
+    folders = [*SHARED_DIRS, tempfile.gettempdir()]
+    return list(dict.fromkeys(os.path.realpath(f) for f in folders if os.path.isdir(f)))
+
+
+def _existing(paths: Iterable[str]) -> list[str]:
+    return [os.path.realpath(p) for p in paths if os.path.isabs(p) and os.path.exists(p)]
+
+
+def _under(path: str, folders: Iterable[str]) -> bool:
+    return any(path == f or path.startswith(f.rstrip("/") + "/") for f in folders)
+
+
+# -- what to hide, and the kinds ----------------------------------------------------------------------
+
+
+def project_hide(project_root: Path, needed: Iterable[str]) -> list[Path]:
+    """The project directory, hidden whole unless the agent needs something in it (its command's files,
+    the Python environment, Tether's own code: the default project is the current directory, often the
+    repository itself); then only its `.tether/` (store, secret, admin token, runs)."""
+    root = os.path.realpath(project_root)
+    if any(_under(p, [root]) for p in _existing(needed)):
+        return [project_root / ".tether"]
+    return [project_root]
+
+
+def python_environment() -> list[str]:
+    """The paths a Python agent (and the relay) run from: the interpreter, its prefixes, Tether's code."""
+    return [sys.executable, sys.prefix, sys.base_prefix, str(Path(__file__).resolve().parents[2])]
+
+
+SandboxKind = Callable[[SandboxOptions], Sandbox]
+SANDBOXES: Registry[SandboxKind] = Registry("sandbox")
+
+
+def register(kind: str, make: SandboxKind) -> None:
+    SANDBOXES.register(kind, make)
+
+
+def open_sandbox(kind: str, options: SandboxOptions | None = None) -> Sandbox:
+    return SANDBOXES.get(kind)(options or SandboxOptions())
+
+
+def _none(options: SandboxOptions) -> Sandbox:
+    return NoSandbox()
+
+
+register("none", _none)
+register("bwrap", BwrapSandbox)
