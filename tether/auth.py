@@ -140,6 +140,13 @@ class Caller:
     def is_admin(self) -> bool:
         return self.rollout_id is None
 
+    def recorded_attempt(self, claimed: int | None, current: int | None) -> int | None:
+        """The attempt what this caller sends is recorded as: a token's own; for the admin, the one the
+        request names (`claimed`), else the rollout's `current` one."""
+        if self.attempt is not None:
+            return self.attempt
+        return claimed if claimed is not None else current
+
 
 class Refusal(StrEnum):
     MISSING = "missing"  # no token at all
@@ -150,6 +157,10 @@ class Refusal(StrEnum):
     EXPIRED = "expired"  # its rollout has finished
     ATTEMPT_OVER = "attempt_over"  # its attempt ended; the rollout was retried or awaits a retry
     NOT_STARTED = "not_started"  # its attempt has not been opened (yet)
+
+
+# A valid token whose attempt is not live (finished, over, or not yet started): it no longer works.
+DEAD = frozenset({Refusal.EXPIRED, Refusal.ATTEMPT_OVER, Refusal.NOT_STARTED})
 
 
 class AuthError(Exception):

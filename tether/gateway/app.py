@@ -128,9 +128,7 @@ class Gateway:
         rollout token's call is its attempt's, whatever the path says; the admin's, the path's attempt
         (by default the current one)."""
         caller, rollout = await self.live_rollout(token, path_rollout, path_attempt)
-        attempt = caller.attempt if caller.attempt is not None else path_attempt
-        if attempt is None:
-            attempt = rollout.attempt_count
+        attempt = caller.recorded_attempt(path_attempt, rollout.attempt_count)
         if rollout.status != RolloutStatus.running:
             raise GatewayError(
                 409, f"rollout {rollout.id} is {rollout.status.value}, not running", code="conflict"

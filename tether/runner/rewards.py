@@ -59,19 +59,24 @@ def load_callable(spec: str) -> Callable[..., Any]:
     return function
 
 
+def _positional_arity(function: Callable[..., Any]) -> float:
+    """How many positional arguments `function` takes (inf with *args, or with no signature to read)."""
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):  # some builtins
+        return math.inf
+    if any(p.kind == p.VAR_POSITIONAL for p in parameters):
+        return math.inf
+    return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in parameters)
+
+
 def _takes_trace(evaluator: Evaluator) -> TypeIs[TraceEvaluator]:
-    parameters = inspect.signature(evaluator).parameters
-    return len(parameters) >= 3 or any(p.kind == p.VAR_POSITIONAL for p in parameters.values())
+    return _positional_arity(evaluator) >= 3
 
 
 def takes_task(evaluator: Callable[..., Any]) -> bool:
     """Whether `evaluator(task, output)` passes it the task: it takes two positional arguments or more."""
-    try:
-        parameters = inspect.signature(evaluator).parameters.values()
-    except (TypeError, ValueError):  # no signature to read (some builtins): assume it does
-        return True
-    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    return len(positional) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in parameters)
+    return _positional_arity(evaluator) >= 2
 
 
 def check_reference_reader(evaluator: Callable[..., Any] | None, tasks: Iterable[Task]) -> None:

@@ -24,7 +24,6 @@ from tether.store.base import InvalidTransition, NotFound, Store
 from tether.store.models import RolloutStatus, Task
 from tether.store.recovery import local_process_gone
 
-RUN_KIND = RUN_RESOURCE_KIND
 RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
@@ -99,11 +98,11 @@ def start_run(
         archive_run(store, existing)
         existing = None
     if existing is None:
-        store.put_resource(resource_name(name), RUN_KIND, asdict(wanted))
+        store.put_resource(resource_name(name), RUN_RESOURCE_KIND, asdict(wanted))
         return wanted
     _check_same(existing, wanted)
     wanted.starts = existing.starts + 1
-    store.put_resource(resource_name(name), RUN_KIND, asdict(wanted))
+    store.put_resource(resource_name(name), RUN_RESOURCE_KIND, asdict(wanted))
     return wanted
 
 
@@ -144,7 +143,7 @@ def archive_run(store: Store, record: RunRecord) -> str:
     archived = f"{record.name}~{number}"
     cancel_queued(store, record.name, "the run was started over (--fresh)")
     store.rename_run(record.name, archived)
-    store.put_resource(resource_name(archived), RUN_KIND, {**asdict(record), "name": archived})
+    store.put_resource(resource_name(archived), RUN_RESOURCE_KIND, {**asdict(record), "name": archived})
     return archived
 
 

@@ -21,7 +21,16 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from tether.auth import AuthError, Caller, Refusal, TokenAuthority, authenticate, check_live, find_rollout
+from tether.auth import (
+    DEAD,
+    AuthError,
+    Caller,
+    Refusal,
+    TokenAuthority,
+    authenticate,
+    check_live,
+    find_rollout,
+)
 from tether.contracts import RUN_RESOURCE_KIND, agent_task
 from tether.errors import APIError
 from tether.limits import MAX_BODY_BYTES, MAX_STORED_JSON_DEPTH, BodyTooLarge, read_bounded, too_deep
@@ -273,7 +282,7 @@ def _refused(error: AuthError) -> StoreAPIError:
         return _unauthorized("missing token: send 'Authorization: Bearer <token>'", "missing_token")
     if refusal is Refusal.UNKNOWN_ROLLOUT:
         return _unauthorized(f"invalid token: rollout {rollout!r} does not exist", "invalid_token")
-    if refusal in (Refusal.EXPIRED, Refusal.ATTEMPT_OVER, Refusal.NOT_STARTED):
+    if refusal in DEAD:
         return _unauthorized(f"token expired: {error.reason}", "token_expired")
     return _unauthorized("invalid token", "invalid_token")
 

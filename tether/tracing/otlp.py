@@ -40,6 +40,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1 import trace_pb2
 
 from tether.auth import (
+    DEAD,
     AuthError,
     Caller,
     Refusal,
@@ -105,7 +106,7 @@ def _refused(error: AuthError) -> OTLPError:
         return OTLPError(
             404, f"unknown rollout {rollout_id!r}", type="not_found_error", code="rollout_not_found"
         )
-    if refusal in (Refusal.EXPIRED, Refusal.ATTEMPT_OVER, Refusal.NOT_STARTED):
+    if refusal in DEAD:
         return _unauthorized(f"token expired: {error.reason}", "token_expired")
     return _unauthorized("invalid token: not a token issued by this Tether server", "invalid_token")
 
@@ -431,9 +432,7 @@ def attribute_spans(
         rollouts[rollout_id] = _lookup(store, caller, rollout_id)
     spans = []
     for item, rollout_id, claimed_attempt in targets:
-        attempt = caller.attempt if caller.attempt is not None else claimed_attempt
-        if attempt is None:
-            attempt = rollouts[rollout_id].attempt_count or None
+        attempt = caller.recorded_attempt(claimed_attempt, rollouts[rollout_id].attempt_count or None)
         spans.append(to_span(item, rollout_id, attempt))
     return spans
 
