@@ -44,6 +44,8 @@ SYSTEM_PYTHON = "/usr/bin/python3"
 LLM_STUB = LLM(base_url="http://127.0.0.1:9/v1", api_key="tro-none")
 AS_ROOT = os.geteuid() == 0
 
+pytestmark = pytest.mark.bwrap
+
 
 @pytest.fixture(autouse=True)
 def bwrap_installed() -> None:
