@@ -59,14 +59,15 @@ def connect_unix(path):
 
 
 def namespaces(sibling):
+    # counts and flags, not the host's command lines: a busy host's would overflow the kept output
     pids = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
+    cmdlines = [attempt(read, f"/proc/{pid}/cmdline") for pid in pids]
     return {
         "ns": {kind: os.readlink(f"/proc/self/ns/{kind}") for kind in ("pid", "ipc", "mnt", "net", "uts")},
-        "pids": pids,
-        "cmdlines": [attempt(read, f"/proc/{pid}/cmdline") for pid in pids],
+        "pids": len(pids),
+        "pytest_visible": any("pytest" in str(cmdline) for cmdline in cmdlines),
         "sibling_environ": attempt(read, f"/proc/{sibling}/environ"),
         "sibling_cmdline": attempt(read, f"/proc/{sibling}/cmdline"),
-        "shm": attempt(read, "/proc/sysvipc/shm"),
     }
 
 
