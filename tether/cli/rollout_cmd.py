@@ -43,6 +43,7 @@ from tether.runner import (
     summarize,
 )
 from tether.runner.rewards import Evaluator, check_reference_reader
+from tether.runner.warm import WarmStarts
 from tether.stack import local_stack
 from tether.store import RolloutRequest, Task
 
@@ -100,6 +101,22 @@ def add_runner_args(parser: argparse.ArgumentParser) -> None:
     )
     add_sandbox_args(parser)
     parser.add_argument(
+        "--agent-warm",
+        action="store_true",
+        help="fork each Python agent (`python SCRIPT.py ...` or `python -m MODULE ...`) from a warm "
+        "interpreter of its own Python that has the script's top-level imports loaded, instead of "
+        "starting Python and importing them per rollout; run exactly as a cold start (argv, cwd, "
+        "environment, exit code, timeouts). Sandboxed agents, other commands and modules that start a "
+        "thread or open a socket at import start cold, with one line saying why",
+    )
+    parser.add_argument(
+        "--agent-preload",
+        metavar="MODULES",
+        default=None,
+        help="with --agent-warm: the comma-separated modules the warm interpreter imports (default: "
+        "the script's own top-level imports)",
+    )
+    parser.add_argument(
         "--tasks",
         required=True,
         metavar="FILE",
@@ -148,12 +165,23 @@ def load_inputs(args: argparse.Namespace) -> tuple[list[Task], Evaluator | None,
         evaluator = load_callable(args.reward) if args.reward else None
         check_reference_reader(evaluator, tasks)
         sandbox = sandbox_from_args(args, evaluator)
-        agent = CommandAgent(args.agent, cwd=args.agent_cwd, user=args.agent_user, sandbox=sandbox)
+        agent = CommandAgent(
+            args.agent, cwd=args.agent_cwd, user=args.agent_user, sandbox=sandbox, warm=warm_starts(args)
+        )
         for task in tasks:
             agent.argv(task.input)
     except (TaskFileError, RewardError, ValueError) as exc:
         raise SystemExit(f"tether: {exc}") from None
     return tasks, evaluator, agent
+
+
+def warm_starts(args: argparse.Namespace) -> WarmStarts | None:
+    if args.agent_preload is not None and not args.agent_warm:
+        raise ValueError("--agent-preload needs --agent-warm")
+    if not args.agent_warm:
+        return None
+    preload = args.agent_preload
+    return WarmStarts(None if preload is None else [m.strip() for m in preload.split(",") if m.strip()])
 
 
 def requests_for(

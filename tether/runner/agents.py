@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import logging
 import os
 import pwd
 import shlex
@@ -18,9 +19,12 @@ from typing import Any, Protocol
 
 from tether.contracts import SECRET_ENV, TASK_REFERENCE
 from tether.runner.sandbox import Command, NoSandbox, Sandbox, SandboxError
+from tether.runner.warm import ChildPipes, Started, WarmStarts, ZygoteDied
 
 OUTPUT_LIMIT_BYTES = 64 * 1024
 KILL_GRACE_S = 2.0
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -100,7 +104,9 @@ class CommandAgent:
     must run as root): the isolation boundary against an agent that reads files it was not given (see
     docs/security.md). Every agent runs as that same user: only a sandbox keeps agents from each other.
     With `sandbox` (`tether/runner/sandbox.py`, e.g. `BwrapSandbox` for `--sandbox bwrap`), each process
-    is launched through it: the sandbox decides what it inherits, sees and reaches.
+    is launched through it: the sandbox decides what it inherits, sees and reaches. With `warm`
+    (`tether/runner/warm.py`, `--agent-warm`), a Python agent is forked from a warm interpreter that has
+    its imports loaded, run as its cold start would be; a sandboxed agent always starts cold.
     """
 
     def __init__(
@@ -110,6 +116,7 @@ class CommandAgent:
         env: Mapping[str, str] | None = None,
         user: str | None = None,
         sandbox: Sandbox | None = None,
+        warm: WarmStarts | None = None,
     ) -> None:
         try:
             parts = shlex.split(template)
@@ -127,6 +134,11 @@ class CommandAgent:
         self.identity: dict[str, Any] = {} if user is None else _identity(user)
         self.sandbox: Sandbox = sandbox or NoSandbox()
         self.sandbox.check(self.identity)  # bad setup fails here, before any rollout
+        if warm is not None and not isinstance(self.sandbox, NoSandbox):
+            # each sandbox has namespaces of its own, which a fork of one shared interpreter would not
+            log.warning("--agent-warm: sandboxed agents start cold (a sandbox per rollout, no shared zygote)")
+            warm = None
+        self.warm = warm
 
     def argv(self, task: dict[str, Any]) -> list[str]:
         fields = {key: value if isinstance(value, str) else str(value) for key, value in task.items()}
@@ -167,9 +179,52 @@ class CommandAgent:
         command = Command(argv, cwd, {**self.env, **env}, agent_environment(os.environ), self.identity)
         try:
             async with self.sandbox.launch(command) as launch:
+                if self.warm is not None:
+                    zygote_env = {**command.inherited, **self.env}
+                    result = await self._spawn_warm(launch, zygote_env, timeout_s)
+                    if result is not None:
+                        return result
                 return await self._spawn(launch, argv[0], timeout_s)
         except (SandboxError, OSError) as exc:
             return AgentResult(None, None, error=f"the sandbox could not start: {exc}")
+
+    async def _spawn_warm(
+        self, command: Command, zygote_env: Mapping[str, str], timeout_s: float
+    ) -> AgentResult | None:
+        """The agent forked from its warm interpreter; None when it must start cold instead."""
+        assert self.warm is not None
+        pipes = ChildPipes()
+        try:
+            started = await self.warm.fork(
+                command.argv, command.cwd, command.env, zygote_env, command.identity, pipes.child_fds
+            )
+        finally:
+            pipes.close_child_ends()
+        if started is None:
+            pipes.close()
+            return None
+        out, err = _TailBuffer(), _TailBuffer()
+        stdout, stderr = await pipes.readers()
+        pumps = asyncio.gather(_pump(stdout, out), _pump(stderr, err))
+        timed_out, code, error = False, None, None
+        try:
+            code = await asyncio.wait_for(started.wait(), timeout_s)
+        except TimeoutError:
+            timed_out = True
+            code = await _kill_started(started)
+        except ZygoteDied as exc:
+            _signal_group(started.pid, signal.SIGKILL)
+            error = str(exc)
+        except asyncio.CancelledError:
+            await _kill_started(started)
+            raise
+        finally:
+            started.close()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(pumps, KILL_GRACE_S * 2)
+        if code is not None:
+            await self.warm.finished(started)
+        return _outcome(out, err, code, timed_out, timeout_s, error)
 
     async def _spawn(self, command: Command, program: str, timeout_s: float) -> AgentResult:
         try:
@@ -201,15 +256,24 @@ class CommandAgent:
         finally:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(pumps, KILL_GRACE_S * 2)
-        stdout, stderr = out.text(), err.text()
-        code = process.returncode
-        error = None
-        if timed_out:
-            error = f"timed out after {timeout_s:g}s; process group killed"
-        elif code != 0:
-            tail = _last_line(stderr) or "no stderr"
-            error = f"agent {_exit_reason(code)}: {tail}"
-        return AgentResult(_last_line(stdout), code, timed_out, error, stdout, stderr)
+        return _outcome(out, err, process.returncode, timed_out, timeout_s)
+
+
+def _outcome(
+    out: _TailBuffer,
+    err: _TailBuffer,
+    code: int | None,
+    timed_out: bool,
+    timeout_s: float,
+    error: str | None = None,
+) -> AgentResult:
+    stdout, stderr = out.text(), err.text()
+    if timed_out:
+        error = f"timed out after {timeout_s:g}s; process group killed"
+    elif error is None and code != 0:
+        tail = _last_line(stderr) or "no stderr"
+        error = f"agent {_exit_reason(code)}: {tail}"
+    return AgentResult(_last_line(stdout), code, timed_out, error, stdout, stderr)
 
 
 # Tether's own settings, which name the project (and so its secret) or carry the admin token.
@@ -283,6 +347,32 @@ async def _kill_group(process: asyncio.subprocess.Process) -> None:
             return
         except TimeoutError:
             continue
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> bool:
+    """Signal the process group `pid` leads; False when it is gone."""
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+async def _kill_started(started: Started) -> int | None:
+    """TERM, then KILL, a warm-started agent's group; its exit code once the zygote reports it."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        if not _signal_group(started.pid, sig):
+            break
+        try:
+            return await asyncio.wait_for(started.wait(), KILL_GRACE_S)
+        except TimeoutError:
+            continue
+        except ZygoteDied:
+            _signal_group(started.pid, signal.SIGKILL)
+            return None
+    with contextlib.suppress(TimeoutError, ZygoteDied):
+        return await asyncio.wait_for(started.wait(), KILL_GRACE_S)
+    return None
 
 
 AgentFunction = Callable[[dict[str, Any], LLM], Any] | Callable[[dict[str, Any], LLM], Awaitable[Any]]

@@ -1,0 +1,235 @@
+"""`--agent-warm`: a Python agent forked from a warm interpreter behaves exactly as its cold start, real
+processes both ways (`agents/warm_probe.py` reports how it was started); where a warm start cannot be
+exact, the agent starts cold and says why."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shlex
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tether.runner import LLM, CommandAgent
+from tether.runner.agents import AgentResult
+from tether.runner.sandbox import BwrapSandbox, SandboxOptions
+from tether.runner.warm import WarmStarts, python_entry, script_imports
+
+AGENTS = Path(__file__).parent / "agents"
+PROBE = AGENTS / "warm_probe.py"
+PYTHON = sys.executable
+LLM_STUB = LLM(base_url="http://127.0.0.1:9/v1", api_key="tro-none")
+ENV = {"TETHER_ROLLOUT_ID": "ro-1", "PROBE_VALUE": "per-rollout"}
+
+
+@pytest.fixture
+def warm() -> Iterator[WarmStarts]:
+    starts = WarmStarts()
+    yield starts
+    starts.close()
+
+
+def run(agent: CommandAgent, env: dict[str, str] | None = None, timeout_s: float = 60) -> AgentResult:
+    return asyncio.run(agent.run({}, env or ENV, LLM_STUB, timeout_s))
+
+
+def both(template: str, warm: WarmStarts, **options: Any) -> tuple[AgentResult, AgentResult]:
+    """The same command cold, then warm."""
+    return run(CommandAgent(template, **options)), run(CommandAgent(template, warm=warm, **options))
+
+
+def probe(*args: object, python: str = PYTHON) -> str:
+    return shlex.join([python, str(PROBE), *(str(a) for a in args)])
+
+
+def alive(marker: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if marker.encode() in (entry / "cmdline").read_bytes():
+                state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                if state != "Z":
+                    found.append(int(entry.name))
+        except (OSError, IndexError):
+            continue
+    return found
+
+
+def test_a_warm_agent_is_started_exactly_as_its_cold_start(warm: WarmStarts, tmp_path: Path) -> None:
+    cold, hot = both(probe("report", "an arg"), warm, cwd=str(tmp_path))
+    assert cold.ok and hot.ok, (cold.stderr, hot.stderr)
+    seen = {name: json.loads(result.output or "{}") for name, result in (("cold", cold), ("warm", hot))}
+    assert seen["cold"]["preloaded"] is False
+    assert seen["warm"]["preloaded"] is True  # its import was loaded before the script ran: warm
+    same = (
+        "argv",
+        "name",
+        "file",
+        "path0",
+        "cwd",
+        "env",
+        "environ",
+        "rollout",
+        "prefix",
+        "pgid_is_pid",
+        "stdin",
+    )
+    for key in same:
+        assert seen["warm"][key] == seen["cold"][key], key
+    assert seen["warm"]["argv"] == [str(PROBE), "report", "an arg"]
+    assert seen["warm"]["name"] == "__main__" and seen["warm"]["path0"] == str(AGENTS)
+    assert seen["warm"]["cwd"] == str(tmp_path) and seen["warm"]["env"] == "per-rollout"
+    assert hot.stdout.splitlines()[0] == cold.stdout.splitlines()[0] == "noise line"
+
+
+def test_each_warm_child_draws_its_own_random_numbers(warm: WarmStarts) -> None:
+    agent = CommandAgent(probe("report"), warm=warm)
+    draws = {json.loads(run(agent).output or "{}")["random"] for _ in range(3)}
+    assert len(draws) == 3
+
+
+@pytest.mark.parametrize(
+    ("mode", "code", "stderr_has"),
+    [
+        (("exit", 3), 3, "before exit"),
+        (("raise",), 1, "RuntimeError: the probe failed on purpose"),
+        (("kill-self",), -signal.SIGTERM, ""),
+    ],
+)
+def test_exit_codes_and_tracebacks_are_those_of_a_cold_start(
+    warm: WarmStarts, mode: tuple[object, ...], code: int, stderr_has: str
+) -> None:
+    cold, hot = both(probe(*mode), warm)
+    assert cold.exit_code == hot.exit_code == code
+    assert stderr_has in cold.stderr and stderr_has in hot.stderr
+    assert hot.error == cold.error
+    assert "Traceback" not in hot.stderr or "zygote" not in hot.stderr  # no frame of the warm machinery
+
+
+def test_a_script_that_forks_behaves_as_it_does_cold(warm: WarmStarts) -> None:
+    cold, hot = both(probe("fork"), warm)
+    assert cold.ok and hot.ok
+    assert hot.stdout == cold.stdout == "child\nparent after child\n"
+
+
+def test_a_script_that_daemonizes_behaves_as_it_does_cold(warm: WarmStarts) -> None:
+    for label, options in (("cold", {}), ("warm", {"warm": warm})):
+        marker = f"9{os.getpid()}{len(label)}"
+        result = run(CommandAgent(probe("daemon", marker), **options))  # type: ignore[arg-type]
+        try:
+            assert result.ok and result.output == "launched", (label, result)
+            assert alive(marker), f"{label}: the daemon left the agent's group and outlives it, as cold"
+        finally:
+            for pid in alive(marker):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_a_script_with_its_own_signal_handler_gets_the_timeouts_term(warm: WarmStarts) -> None:
+    cold = run(CommandAgent(probe("handler")), timeout_s=3)
+    hot = run(CommandAgent(probe("handler"), warm=warm), timeout_s=3)
+    for result in (cold, hot):
+        assert result.timed_out and result.exit_code == 7
+        assert result.stdout == "waiting\ngot term\n"
+
+
+def test_a_timeout_kills_the_warm_agents_whole_group(warm: WarmStarts) -> None:
+    marker = f"8{os.getpid()}"
+    result = run(CommandAgent(probe("hang", marker), warm=warm), timeout_s=2)
+    assert result.timed_out and "timed out" in (result.error or "")
+    for _ in range(100):
+        if not alive(marker):
+            break
+        time.sleep(0.05)
+    assert not alive(marker), "the agent's child outlived the timeout"
+
+
+def test_an_agent_of_another_interpreter_gets_a_zygote_of_that_interpreter(warm: WarmStarts) -> None:
+    other = "/usr/bin/python3"
+    if not Path(other).exists() or os.path.realpath(other) == os.path.realpath(PYTHON):
+        pytest.fail("the test needs a system Python besides the project's virtual environment")
+    agent = CommandAgent(probe("report", python=other), warm=warm)
+    seen = json.loads(run(agent).output or "{}")
+    assert seen["preloaded"] is True and seen["prefix"] == "/usr"
+    assert set(warm.zygotes) == {other}
+
+
+def test_an_import_that_starts_a_thread_starts_cold_and_still_runs(warm: WarmStarts, tmp_path: Path) -> None:
+    (tmp_path / "threaded_import.py").write_text(
+        "import threading, time\n"
+        "threading.Thread(target=time.sleep, args=(3600,), name='import-time-worker', daemon=True).start()\n"
+    )
+    agent = CommandAgent(
+        f"{PYTHON} {AGENTS / 'threaded_agent.py'}", env={"PYTHONPATH": str(tmp_path)}, warm=warm
+    )
+    first, second = run(agent), run(agent)
+    assert first.output == second.output == "cold"
+    assert "import-time-worker" in warm.cold[PYTHON]
+
+
+def test_a_dead_zygote_is_started_again_once_then_agents_start_cold(warm: WarmStarts) -> None:
+    agent = CommandAgent(probe("report"), warm=warm)
+    outcomes = []
+    for _ in range(3):
+        result = run(agent)
+        assert result.ok, result.stderr  # no rollout is lost to a dead zygote
+        outcomes.append(json.loads(result.output or "{}")["preloaded"])
+        zygote = warm.zygotes.get(PYTHON)
+        if zygote is not None and zygote.process is not None and zygote.alive:
+            os.kill(zygote.process.pid, signal.SIGKILL)
+            zygote.process.wait()
+    assert outcomes == [True, True, False]
+    assert "died twice" in warm.cold[PYTHON]
+
+
+def test_a_zygote_that_dies_mid_rollout_fails_that_attempt_clearly(warm: WarmStarts) -> None:
+    agent = CommandAgent(probe("handler"), warm=warm)
+
+    async def kill_the_zygote_meanwhile() -> AgentResult:
+        running = asyncio.create_task(agent.run({}, ENV, LLM_STUB, 30))
+        while PYTHON not in warm.zygotes:
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(1.0)
+        process = warm.zygotes[PYTHON].process
+        assert process is not None
+        os.kill(process.pid, signal.SIGKILL)
+        return await running
+
+    result = asyncio.run(kill_the_zygote_meanwhile())
+    assert result.error is not None and "warm interpreter ended" in result.error
+    assert not result.timed_out
+
+
+def test_sandboxed_and_non_python_agents_start_cold(
+    warm: WarmStarts, caplog: pytest.LogCaptureFixture
+) -> None:
+    sandboxed = CommandAgent(probe("report"), sandbox=BwrapSandbox(SandboxOptions()), warm=warm)
+    assert sandboxed.warm is None
+    assert "sandboxed agents start cold" in caplog.text
+    shell = CommandAgent("echo hello", warm=warm)
+    assert run(shell).output == "hello"
+    assert "echo" in warm.cold and "not `PYTHON SCRIPT.py" in warm.cold["echo"]
+
+
+def test_what_a_warm_interpreter_preloads_is_the_scripts_module_level_imports(tmp_path: Path) -> None:
+    script = tmp_path / "agent.py"
+    script.write_text(
+        "from __future__ import annotations\n"
+        "import os, json as j\n"
+        "from openai import OpenAI\n"
+        "from . import sibling\n"
+        "try:\n    import orjson\nexcept ImportError:\n    orjson = None\n"
+        "if True:\n    from xml.dom import minidom\n"
+        "def f():\n    import sqlite3\n"
+    )
+    assert script_imports(str(script)) == ["os", "json", "openai", "orjson", "xml.dom"]
+    assert python_entry([PYTHON, str(script), "x"]) == (PYTHON, [str(script), "x"])
+    assert python_entry([PYTHON, "-m", "pkg.mod"]) == (PYTHON, ["-m", "pkg.mod"])
+    assert python_entry([PYTHON, "-u", str(script)]) is None  # interpreter flags: cold
+    assert python_entry(["node", "agent.js"]) is None

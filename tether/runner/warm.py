@@ -1,0 +1,405 @@
+"""Warm interpreters for Python agents (`--agent-warm`): one zygote per interpreter imports the agent's
+heavy modules once and forks a child per rollout (`tether/runner/zygote.py`), so a rollout skips Python's
+start-up and the framework imports.
+
+Which modules: at first, the agent script's own top-level imports, read from its source
+(`script_imports`); the zygote's first child then writes down every module it had imported by its end
+(the framework's lazy imports too), and a successor zygote that preloads them all takes over, if it is as
+safe to fork. Modules the user names (`--agent-preload`) are taken as they are. The child runs the script as `python SCRIPT ARGS` would: argv, `__main__`, cwd,
+environment, standard streams, exit code, its own process group (so timeouts kill its children too).
+Where a warm start cannot be exact, the agent starts cold, with one line that says why: a command that
+is not `PYTHON SCRIPT.py ...` or `PYTHON -m MODULE ...`, a sandbox (each rollout needs its own
+namespaces, which a fork of a shared zygote does not have), a preloaded module that starts a thread or
+opens a socket, and a zygote that died twice.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import contextlib
+import functools
+import json
+import logging
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ZYGOTE_SCRIPT = Path(__file__).with_name("zygote.py")
+READY_TIMEOUT_S = 120.0  # the imports of a large framework, on a busy machine
+RESTARTS = 1  # a zygote that dies is started again once; after that, cold starts
+PYTHON_NAME = re.compile(r"python(\d+(\.\d+)?)?$")
+
+log = logging.getLogger(__name__)
+
+
+class ZygoteDied(RuntimeError):
+    """The zygote ended while it ran an agent, or before it answered."""
+
+
+def python_entry(argv: Sequence[str]) -> tuple[str, list[str]] | None:
+    """(interpreter, the arguments after it) when `argv` runs a script or `-m module` with no interpreter
+    flags; None for anything else, which starts cold."""
+    if len(argv) < 2 or not PYTHON_NAME.match(os.path.basename(argv[0])):
+        return None
+    if argv[1] == "-m" and len(argv) >= 3:
+        return argv[0], list(argv[1:])
+    if argv[1].endswith(".py") and os.path.isfile(argv[1]):
+        return argv[0], list(argv[1:])
+    return None
+
+
+def script_imports(path: str) -> list[str]:
+    """The absolute imports a script makes at module level (inside `if` and `try` too, not in functions),
+    in order: what its every run imports before it does anything."""
+    try:
+        tree = ast.parse(Path(path).read_text(encoding="utf-8"), path)
+    except (OSError, SyntaxError, ValueError):
+        return []
+    names: list[str] = []
+    for node in _module_level(tree.body):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.append(node.module)
+    return [name for name in dict.fromkeys(names) if name != "__future__"]
+
+
+def _module_level(body: Sequence[ast.stmt]) -> list[ast.stmt]:
+    nodes: list[ast.stmt] = []
+    for node in body:
+        nodes.append(node)
+        if isinstance(node, ast.If):
+            nodes += _module_level(node.body) + _module_level(node.orelse)
+        elif isinstance(node, ast.Try):
+            nodes += _module_level(node.body) + _module_level(node.orelse) + _module_level(node.finalbody)
+            for handler in node.handlers:
+                nodes += _module_level(handler.body)
+    return nodes
+
+
+@dataclass
+class Started:
+    """A child the zygote forked: its pid and the connection that will bring its wait status."""
+
+    pid: int
+    lines: Lines
+    python: str
+    learn: str | None = None  # where the child writes the modules it imported (the zygote's first child)
+
+    async def wait(self) -> int:
+        """Its exit code as asyncio reports one (negative: killed by that signal)."""
+        line = await self.lines.next()
+        if "status" not in line:
+            raise ZygoteDied("the warm interpreter ended while the agent ran")
+        return os.waitstatus_to_exitcode(int(line["status"]))
+
+    def close(self) -> None:
+        self.lines.close()
+
+
+@dataclass
+class Zygote:
+    """One warm interpreter: a process, its socket, and the modules it holds. It is a plain subprocess
+    (not one of an event loop's) and ends when its stdin closes, so it never outlives Tether."""
+
+    python: str
+    modules: list[str]
+    folder: str
+    learned: bool = False  # its modules are those of a finished run (or the user's): nothing to learn
+    process: subprocess.Popen[bytes] | None = None
+    loaded: list[str] = field(default_factory=list)
+    setting: tuple[str, dict[str, str], dict[str, Any]] = ("", {}, {})  # script dir, env, identity
+
+    @property
+    def socket_path(self) -> str:
+        return os.path.join(self.folder, "zygote.sock")
+
+    async def start(self, script_dir: str, env: Mapping[str, str], identity: Mapping[str, Any]) -> str | None:
+        """Start it; None when ready, else why it cannot be used."""
+        self.setting = (script_dir, dict(env), dict(identity))
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.socket_path)
+        argv = [self.python, str(ZYGOTE_SCRIPT), self.socket_path, script_dir, ",".join(self.modules)]
+        try:
+            self.process = subprocess.Popen(
+                argv,
+                env=dict(env),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+                **identity,
+            )
+            assert self.process.stdout is not None
+            first = await asyncio.wait_for(asyncio.to_thread(self.process.stdout.readline), READY_TIMEOUT_S)
+        except (OSError, TimeoutError) as exc:
+            self.stop()
+            return f"the warm interpreter did not start: {exc}"
+        try:
+            answer = json.loads(first)
+        except ValueError:
+            answer = {"unsafe": f"the warm interpreter did not start ({first[:200]!r})"}
+        if "ready" not in answer:
+            self.stop()
+            return str(answer.get("unsafe", answer))
+        self.loaded = list(answer["ready"])
+        return None
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    async def fork(
+        self, argv: Sequence[str], cwd: str, env: Mapping[str, str], fds: Sequence[int], learn: bool = False
+    ) -> Started:
+        loop = asyncio.get_running_loop()
+        connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        lines = Lines(connection)
+        try:
+            connection.setblocking(False)
+            await loop.sock_connect(connection, self.socket_path)
+            learn_path = os.path.join(self.folder, "learned.json") if learn else None
+            message = {"argv": list(argv), "cwd": cwd, "env": dict(env), "learn": learn_path}
+            request = json.dumps(message).encode() + b"\n"
+            connection.setblocking(True)  # one local message with its descriptors, taken at once
+            socket.send_fds(connection, [request], list(fds))
+            connection.setblocking(False)
+            answer = await lines.next()
+        except OSError as exc:
+            connection.close()
+            raise ZygoteDied(f"the warm interpreter did not take the agent: {exc}") from None
+        if "pid" not in answer:
+            connection.close()
+            raise ZygoteDied(f"the warm interpreter refused the agent: {answer.get('error', answer)}")
+        return Started(int(answer["pid"]), lines, self.python, learn_path)
+
+    def retire(self) -> None:
+        """No more agents: it exits once those it runs have ended (its stdin closes)."""
+        if self.process is not None and self.process.stdin is not None:
+            self.process.stdin.close()
+
+    def stop(self) -> None:
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+        for stream in (self.process.stdin, self.process.stdout):
+            if stream is not None:
+                stream.close()
+
+
+class Lines:
+    """JSON lines from a zygote connection (two may arrive in one read)."""
+
+    def __init__(self, connection: socket.socket) -> None:
+        self.connection = connection
+        self.buffer = b""
+
+    async def next(self) -> dict[str, Any]:
+        """The next message; {} when the zygote closed the connection first."""
+        loop = asyncio.get_running_loop()
+        while b"\n" not in self.buffer:
+            chunk = await loop.sock_recv(self.connection, 4096)
+            if not chunk:
+                return {}
+            self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return dict(json.loads(line))
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+class WarmStarts:
+    """The zygotes of one agent command, started on first use, keyed by interpreter.
+
+    `modules=None` preloads each script's own top-level imports. `fork` returns None when this command
+    starts cold (the reason is logged once)."""
+
+    def __init__(self, modules: Sequence[str] | None = None) -> None:
+        self.modules = None if modules is None else list(modules)
+        self.zygotes: dict[str, Zygote] = {}
+        self.retired: list[Zygote] = []  # replaced by a successor, ending when their agents do
+        self.learning: set[str] = set()  # interpreters whose first run is telling what it imports
+        self.failures: dict[str, int] = {}
+        self.cold: dict[str, str] = {}  # interpreter -> why it starts cold
+        self.folder = tempfile.mkdtemp(prefix="tether-warm-")
+        self._locks: dict[asyncio.AbstractEventLoop, asyncio.Lock] = {}
+
+    @property
+    def lock(self) -> asyncio.Lock:
+        """One lock per event loop (a test may run each rollout in a loop of its own)."""
+        loop = asyncio.get_running_loop()
+        if loop not in self._locks:
+            self._locks = {loop: asyncio.Lock()}
+        return self._locks[loop]
+
+    def __getstate__(self) -> dict[str, Any]:  # zygotes are processes of this host: a copy starts its own
+        return {"modules": self.modules}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["modules"])  # type: ignore[misc]
+
+    async def fork(
+        self,
+        argv: Sequence[str],
+        cwd: str,
+        env: Mapping[str, str],
+        base_env: Mapping[str, str],
+        identity: Mapping[str, Any],
+        fds: Sequence[int],
+    ) -> Started | None:
+        entry = python_entry(argv)
+        if entry is None:
+            self._go_cold(
+                argv[0], "the agent command is not `PYTHON SCRIPT.py ...` or `PYTHON -m MODULE ...`"
+            )
+            return None
+        python, args = entry
+        zygote = await self._zygote(python, args, base_env, identity)
+        if zygote is None:
+            return None
+        learn = not zygote.learned and python not in self.learning
+        if learn:
+            self.learning.add(python)
+        try:
+            return await zygote.fork([python, *args], cwd, env, fds, learn)
+        except ZygoteDied as exc:
+            await self._failed(python, str(exc))
+            return None
+
+    async def _zygote(
+        self, python: str, args: list[str], env: Mapping[str, str], identity: Mapping[str, Any]
+    ) -> Zygote | None:
+        async with self.lock:
+            if python in self.cold:
+                return None
+            zygote = self.zygotes.get(python)
+            if zygote is not None and zygote.alive:
+                return zygote
+            if zygote is not None:
+                self.failures[python] = self.failures.get(python, 0) + 1
+                if self.failures[python] > RESTARTS:
+                    self._go_cold(python, "its warm interpreter died twice")
+                    return None
+                log.warning("the warm interpreter of %s died; starting it again", python)
+            if zygote is not None:  # a restart keeps what the dead one held
+                modules, learned = zygote.modules, zygote.learned
+            else:
+                modules = self.modules if self.modules is not None else _learned(args)
+                learned = self.modules is not None
+            zygote = Zygote(python, modules, tempfile.mkdtemp(dir=self.folder), learned)
+            if identity:
+                shutil.chown(zygote.folder, user=identity["user"], group=identity["group"])
+            reason = await zygote.start(_script_dir(args), env, identity)
+            if reason is not None:
+                self._go_cold(python, reason)
+                return None
+            log.info("warm interpreter for %s holds %s", python, ", ".join(zygote.loaded) or "no module")
+            self.zygotes[python] = zygote
+            return zygote
+
+    async def _failed(self, python: str, reason: str) -> None:
+        zygote = self.zygotes.get(python)
+        if zygote is not None and zygote.alive:
+            return  # a refused request, not a dead zygote: this agent starts cold, the next warm
+        log.warning("%s", reason)
+
+    def _go_cold(self, python: str, reason: str) -> None:
+        if python not in self.cold:
+            self.cold[python] = reason
+            log.warning("--agent-warm: %s starts cold: %s", python, reason)
+
+    async def finished(self, started: Started) -> None:
+        """After the agent `started` ended. The zygote's first child told what it imported by its end (the
+        framework's lazy imports too): a successor zygote preloads all of it and takes over, if safe."""
+        if started.learn is None:
+            return
+        modules = _learned_modules(started.learn)
+        current = self.zygotes.get(started.python)
+        if not modules or current is None or not current.alive:
+            return
+        successor = Zygote(started.python, modules, tempfile.mkdtemp(dir=self.folder), learned=True)
+        script_dir, env, identity = current.setting
+        if identity:
+            shutil.chown(successor.folder, user=identity["user"], group=identity["group"])
+        reason = await successor.start(script_dir, env, identity)
+        if reason is not None:
+            log.info("warm interpreter for %s keeps the script's imports only: %s", started.python, reason)
+            return
+        async with self.lock:
+            self.zygotes[started.python] = successor
+        current.retire()
+        self.retired.append(current)
+
+    def close(self) -> None:
+        for zygote in [*self.zygotes.values(), *self.retired]:
+            zygote.stop()
+        self.zygotes.clear()
+        self.retired.clear()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _learned_modules(path: str) -> list[str]:
+    try:
+        names = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    return [name for name in names if isinstance(name, str)]
+
+
+def _learned(args: list[str]) -> list[str]:
+    return [] if args[0] == "-m" else script_imports(args[0])
+
+
+def _script_dir(args: list[str]) -> str:
+    return os.getcwd() if args[0] == "-m" else os.path.dirname(os.path.abspath(args[0]))
+
+
+class ChildPipes:
+    """/dev/null for the child's stdin and two pipes for its stdout and stderr. `child_fds` go to the
+    zygote (which hands them to the child); `close_child_ends` drops Tether's copies once it holds them,
+    so the readers see the end of output when the child and its own children are gone."""
+
+    def __init__(self) -> None:
+        self.out_read, out_write = os.pipe()
+        self.err_read, err_write = os.pipe()
+        self.child_fds = [os.open(os.devnull, os.O_RDONLY), out_write, err_write]
+
+    def close_child_ends(self) -> None:
+        for fd in self.child_fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.child_fds = []
+
+    async def readers(self) -> tuple[asyncio.StreamReader, asyncio.StreamReader]:
+        loop = asyncio.get_running_loop()
+        readers = []
+        for fd in (self.out_read, self.err_read):
+            reader = asyncio.StreamReader()
+            protocol = asyncio.StreamReaderProtocol(reader)
+            await loop.connect_read_pipe(functools.partial(_same, protocol), os.fdopen(fd, "rb", 0))
+            readers.append(reader)
+        return readers[0], readers[1]
+
+    def close(self) -> None:
+        """Without readers (the agent never started): every descriptor."""
+        self.close_child_ends()
+        for fd in (self.out_read, self.err_read):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def _same(protocol: asyncio.StreamReaderProtocol) -> asyncio.StreamReaderProtocol:
+    return protocol

@@ -1,0 +1,326 @@
+"""A warm interpreter for Python agents (`--agent-warm`), run as a script by the agent's own interpreter:
+
+    AGENT_PYTHON zygote.py SOCKET SCRIPT_DIR MODULE[,MODULE...]
+
+It imports the modules once, then forks one child per request on SOCKET; the child runs the agent exactly
+as `python SCRIPT ARGS` (or `python -m MODULE ARGS`) would. The standard library only (Python 3.9 and
+later), and nothing of Tether: it runs in whatever environment the agent's interpreter has.
+
+Protocol, one Unix-socket connection per agent: Tether sends one JSON line
+`{"argv": [...], "cwd": ..., "env": {...}, "learn": PATH or null}` with three file descriptors (stdin,
+stdout, stderr) attached; the zygote answers `{"pid": N}` once the child runs, then `{"status": S}` (a raw
+wait status) when it ends. With `learn`, the child writes the names of every module it had imported by its
+end to PATH, so that Tether can start a zygote that preloads those (`tether/runner/warm.py`). When its
+stdin closes, the zygote takes no more requests and exits once its children have ended.
+Its first line on stdout is `{"ready": [modules]}`, or `{"unsafe": reason}` (then it exits): a module
+that starts a thread or opens a socket at import is not safe to fork.
+"""
+
+from __future__ import annotations
+
+import array
+import atexit
+import importlib
+import importlib.util
+import json
+import os
+import runpy
+import selectors
+import signal
+import socket
+import sys
+import threading
+import traceback
+from importlib.machinery import ModuleSpec
+from types import TracebackType
+from typing import Any, NoReturn
+
+MAX_REQUEST_BYTES = 4 * 1024 * 1024
+
+
+def preload(names: list[str], script_dir: str) -> list[str]:
+    """Import each module that lives outside the agent's own folder; return those imported."""
+    loaded = []
+    for name in names:
+        spec = _find(name)
+        if spec is None or _inside(spec.origin, script_dir):
+            continue  # the agent's own modules are imported by each run, as a cold start does
+        try:
+            importlib.import_module(name)
+        except Exception:  # an import that fails here fails (with its message) in the agent itself
+            continue
+        loaded.append(name)
+    return loaded
+
+
+def _find(name: str) -> ModuleSpec | None:
+    try:
+        return importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+
+
+def _inside(origin: str | None, folder: str) -> bool:
+    if not origin or origin in ("built-in", "frozen"):
+        return False
+    return os.path.realpath(origin).startswith(os.path.realpath(folder) + os.sep)
+
+
+def unsafe_reason(listener: socket.socket) -> str | None:
+    """Why forking this process would not give each child what a fresh interpreter has, or None."""
+    if "tether" in sys.modules:
+        return "a preloaded module imports tether"
+    others = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
+    if others:
+        return f"a preloaded module started a thread ({', '.join(others)})"
+    sockets = [fd for fd in _open_fds() if fd != listener.fileno() and _is_socket(fd)]
+    if sockets:
+        return f"a preloaded module opened a socket (fd {sockets[0]})"
+    return None
+
+
+def _open_fds() -> list[int]:
+    try:
+        return [int(fd) for fd in os.listdir("/proc/self/fd")]
+    except OSError:
+        return []
+
+
+def _is_socket(fd: int) -> bool:
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
+    except OSError:
+        return False
+
+
+def receive(connection: socket.socket) -> tuple[dict[str, Any], list[int]]:
+    """One request: its JSON and the three descriptors that came with it."""
+    buffer, fds = b"", []
+    while not buffer.endswith(b"\n"):
+        data, ancillary, _, _ = connection.recvmsg(65536, socket.CMSG_SPACE(3 * array.array("i").itemsize))
+        if not data:
+            raise ConnectionError("the request ended early")
+        for level, kind, payload in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds += array.array("i", payload[: len(payload) - len(payload) % 4]).tolist()
+        buffer += data
+        if len(buffer) > MAX_REQUEST_BYTES:
+            raise ConnectionError("the request is too large")
+    if len(fds) != 3:
+        raise ConnectionError(f"expected 3 descriptors, got {len(fds)}")
+    return json.loads(buffer), fds
+
+
+def run_child(request: dict[str, Any], fds: list[int]) -> NoReturn:
+    """In the forked child: become the agent's process, run its code, exit as its interpreter would."""
+    os.setsid()  # its own process group: Tether's timeout kills the group, children included
+    for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.set_wakeup_fd(-1)
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    _reopen_std_streams()
+    _reseed()
+    code = _run_main(request["argv"][1:])
+    if request.get("learn"):
+        _write_modules(request["learn"])
+    os._exit(code)
+
+
+def _write_modules(path: str) -> None:
+    try:
+        with open(path, "w", encoding="utf-8") as sink:
+            json.dump(sorted(name for name in sys.modules if not name.startswith("__")), sink)
+    except OSError:
+        pass  # nothing learned: the zygote keeps what it has
+
+
+def _reopen_std_streams() -> None:
+    sys.stdin = open(0, closefd=False, encoding=sys.stdin.encoding, errors=sys.stdin.errors)
+    sys.stdout = open(1, "w", closefd=False, encoding=sys.stdout.encoding, errors=sys.stdout.errors)
+    sys.stderr = open(2, "w", closefd=False, encoding=sys.stderr.encoding, errors="backslashreplace")
+    sys.stdout.reconfigure(line_buffering=False)
+    sys.stderr.reconfigure(line_buffering=True)
+
+
+def _reseed() -> None:
+    """`random` reseeds itself after a fork; numpy's legacy global generator does not."""
+    numpy_random = sys.modules.get("numpy.random")
+    if numpy_random is not None:
+        numpy_random.seed()
+
+
+def _run_main(args: list[str]) -> int:
+    """Run `SCRIPT ARGS` or `-m MODULE ARGS` as __main__; the exit code a fresh interpreter would give."""
+    code = 0
+    try:
+        if args[0] == "-m":
+            sys.argv = [args[1], *args[2:]]
+            sys.path[0] = os.getcwd()
+            runpy.run_module(args[1], run_name="__main__", alter_sys=True)
+        else:
+            sys.argv = list(args)
+            sys.path[0] = os.path.dirname(os.path.abspath(args[0]))
+            runpy.run_path(args[0], run_name="__main__")
+    except SystemExit as exc:
+        code = _exit_code(exc.code)
+    except KeyboardInterrupt:
+        _flush()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    except BaseException as exc:
+        trace = _agent_frames(exc.__traceback__)
+        sys.excepthook(type(exc), exc.with_traceback(trace), trace)
+        code = 1
+    return _shut_down(code)
+
+
+def _agent_frames(trace: TracebackType | None) -> TracebackType | None:
+    """The traceback from the agent's own first frame: this file's and runpy's are not the agent's."""
+    while trace is not None and (
+        trace.tb_frame.f_code.co_filename == __file__ or "runpy" in trace.tb_frame.f_code.co_filename
+    ):
+        trace = trace.tb_next
+    return trace
+
+
+def _exit_code(value: object) -> int:
+    if value is None:
+        return 0
+    if isinstance(value, int):
+        return value & 0xFF
+    print(value, file=sys.stderr)
+    return 1
+
+
+def _shut_down(code: int) -> int:
+    """What interpreter shutdown does that os._exit skips: join threads, run atexit, flush."""
+    try:
+        threading._shutdown()  # type: ignore[attr-defined]  # the interpreter's join of its threads
+        atexit._run_exitfuncs()
+    except BaseException:
+        traceback.print_exc()
+    _flush()
+    return code
+
+
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+
+
+class Zygote:
+    def __init__(self, listener: socket.socket) -> None:
+        self.listener = listener
+        self.children: dict[int, socket.socket] = {}  # pid -> the connection that asked for it
+        self.retired = False
+        self.selector = selectors.DefaultSelector()
+        wake_read, self.wake_write = os.pipe()
+        os.set_blocking(wake_read, False)
+        os.set_blocking(self.wake_write, False)
+        self.wake_read = wake_read
+
+    def serve(self) -> None:
+        signal.set_wakeup_fd(self.wake_write)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        self.selector.register(self.listener, selectors.EVENT_READ)
+        self.selector.register(self.wake_read, selectors.EVENT_READ)
+        self.selector.register(0, selectors.EVENT_READ)  # Tether's pipe: its end is Tether's end
+        while True:
+            for key, _ in self.selector.select():
+                if key.fileobj is self.listener:
+                    if not self.retired:
+                        self.accept()
+                elif key.fileobj == 0:
+                    if not os.read(0, 4096):
+                        self.retire()
+                else:
+                    self.reap()
+            if self.retired and not self.children:
+                return
+
+    def retire(self) -> None:
+        """Tether is gone or has a successor: no more requests; the running children are still reaped."""
+        self.retired = True
+        self.selector.unregister(0)
+        self.selector.unregister(self.listener)
+        self.listener.close()
+
+    def accept(self) -> None:
+        connection, _ = self.listener.accept()
+        try:
+            request, fds = receive(connection)
+        except (OSError, ValueError, ConnectionError) as exc:
+            _answer(connection, {"error": str(exc)})
+            connection.close()
+            return
+        pid = os.fork()
+        if pid == 0:
+            self.close_in_child(connection)
+            run_child(request, fds)
+        for fd in fds:
+            os.close(fd)
+        self.children[pid] = connection
+        _answer(connection, {"pid": pid})
+
+    def close_in_child(self, connection: socket.socket) -> None:
+        """The child keeps none of the zygote's descriptors: not the socket, nor another agent's
+        connection (through which it could answer for that agent)."""
+        self.selector.close()
+        self.listener.close()
+        for other in [connection, *self.children.values()]:
+            other.close()
+        os.close(self.wake_read)
+        os.close(self.wake_write)
+
+    def reap(self) -> None:
+        try:
+            while os.read(self.wake_read, 4096):
+                pass
+        except BlockingIOError:
+            pass
+        while self.children:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            connection = self.children.pop(pid, None)
+            if connection is not None:
+                _answer(connection, {"status": status})
+                connection.close()
+
+
+def _answer(connection: socket.socket, message: dict[str, Any]) -> None:
+    try:
+        connection.sendall(json.dumps(message).encode() + b"\n")
+    except OSError:
+        pass  # Tether stopped listening: the child still runs and is reaped as usual
+
+
+def main() -> int:
+    socket_path, script_dir, modules = sys.argv[1], sys.argv[2], sys.argv[3]
+    sys.path[0] = script_dir  # the agent's folder, as its own interpreter would have it, not this one's
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(socket_path)
+    listener.listen(64)
+    loaded = preload([name for name in modules.split(",") if name], script_dir)
+    reason = unsafe_reason(listener)
+    print(json.dumps({"unsafe": reason} if reason else {"ready": loaded}), flush=True)
+    if reason:
+        return 0
+    Zygote(listener).serve()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
