@@ -80,6 +80,17 @@ demonstrated_tasks() {
   echo "$project/data/demonstrated.jsonl"
 }
 
+# signal_options: dynamic sampling for RL, from SIGNAL_GROUPS (groups whose rewards vary that each step waits
+# for; 0 or unset: off) and MAX_GROUPS (the most groups one step may launch). After SFT most groups are
+# all right or all wrong, so without it a step may update on one group or none.
+signal_options() {
+  local groups
+  groups=$(size_of SIGNAL_GROUPS)
+  if [ -n "$groups" ] && [ "$groups" != 0 ]; then
+    echo "--min-signal-groups $groups --max-groups-per-step $(size_of MAX_GROUPS)"
+  fi
+}
+
 # run_pipeline [TETHER_TRAIN_ARGS...]: the three phases, from what the example's pipeline.sh set:
 #   name (calc, sql, rag), prefix (CALC, SQL, RAG), project, agent, reward, teacher (its script),
 #   train_tasks, val_tasks, the default sizes in the associative array `size`, and extra_train (more
@@ -89,11 +100,12 @@ demonstrated_tasks() {
 #   scripted from the reference solutions, so another seed would record the same demonstrations.
 run_pipeline() {
   local started=$SECONDS phase sft_steps demo_tasks seed run
-  local -a seeds runs=()
+  local -a seeds runs=() signal=()
   sft_steps=$(size_of SFT_STEPS)
   read -r -a seeds <<<"$(size_of SEEDS)"
   [ "${#seeds[@]}" -gt 0 ] || seeds=(0 1)
   demo_tasks=$(demonstrated_tasks)
+  read -r -a signal <<<"$(signal_options)"
   summary_file="$project/pipeline-times.txt"
   : >"$summary_file"
 
@@ -115,7 +127,7 @@ run_pipeline() {
       --from-run "$name-teacher" --sft-steps "$sft_steps" --sft-batch "$(size_of SFT_BATCH)" \
       --lr "$(size_of LR)" --algorithm grpo --steps "$(size_of RL_STEPS)" --group-size "$(size_of GROUP)" \
       --tasks-per-step "$(size_of TASKS_PER_STEP)" --n-workers "$(size_of WORKERS)" --val-every 0 \
-      --seed "$seed" "${extra_train[@]}" --run "$run" --fresh "$@"
+      --seed "$seed" "${signal[@]}" "${extra_train[@]}" --run "$run" --fresh "$@"
     phase_time "train, seed $seed (model load, 3 validations, SFT, RL)" "$phase"
     runs+=(--run "$seed" "$project/.tether/runs/$run")
   done

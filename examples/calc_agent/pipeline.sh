@@ -18,6 +18,6 @@ python examples/calc_agent/tasks.py --out-dir "$project/data" --train "${CALC_TR
 train_tasks=$project/data/train.jsonl
 val_tasks=$project/data/val.jsonl
 declare -A size=([MODEL]=smollm2-135m [DEMOS]=200 [TEACHER_WORKERS]=6 [SFT_STEPS]=30 [SFT_BATCH]=8 [LR]=3e-4
-  [RL_STEPS]=8 [GROUP]=6 [TASKS_PER_STEP]=2 [WORKERS]=16)
+  [RL_STEPS]=8 [GROUP]=6 [TASKS_PER_STEP]=2 [SIGNAL_GROUPS]=2 [MAX_GROUPS]=4 [WORKERS]=16)
 extra_train=()
 run_pipeline "$@"

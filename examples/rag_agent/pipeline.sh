@@ -19,6 +19,6 @@ train_tasks=$project/data/train.jsonl
 first_train_tasks
 val_tasks=$project/data/val.jsonl
 declare -A size=([MODEL]=smollm2-135m [DEMOS]=40 [TEACHER_WORKERS]=6 [SFT_STEPS]=16 [SFT_BATCH]=8
-  [LR]=3e-4 [RL_STEPS]=7 [GROUP]=6 [TASKS_PER_STEP]=2 [WORKERS]=8)
+  [LR]=3e-4 [RL_STEPS]=7 [GROUP]=6 [TASKS_PER_STEP]=2 [SIGNAL_GROUPS]=2 [MAX_GROUPS]=4 [WORKERS]=8)
 extra_train=(--timeout 600)
 run_pipeline "$@"

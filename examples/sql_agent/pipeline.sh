@@ -26,7 +26,8 @@ first_train_tasks
 val_tasks=$project/data/val.jsonl
 first_val_tasks
 declare -A size=([MODEL]=smollm2-135m [DEMOS]=40 [TEACHER_WORKERS]=6 [SFT_STEPS]=20 [SFT_BATCH]=8
-  [LR]=3e-4 [RL_STEPS]=10 [GROUP]=4 [TASKS_PER_STEP]=4 [WORKERS]=8)
+  [LR]=3e-4 [RL_STEPS]=10 [GROUP]=4 [TASKS_PER_STEP]=4 [SIGNAL_GROUPS]=3 [MAX_GROUPS]=8
+  [WORKERS]=8)
 # The checker judges greedily (temperature 0), a point mass RL cannot score: RL's rollouts sample every
 # role at temperature 1.0 (the policy itself), as the writer's 0.7 would be too; validation stays greedy.
 extra_train=(--timeout 600 --train-temperature 1.0)

@@ -137,6 +137,7 @@ def test_the_short_pipeline_learns_answers_and_format_after_sft_without_the_teac
         f"{prefix}_PROJECT": str(project),
         f"{prefix}_RL_STEPS": "1",
         f"{prefix}_TASKS_PER_STEP": "1",
+        f"{prefix}_SIGNAL_GROUPS": "0",  # one plain GRPO step: the test is about SFT
         f"{prefix}_SEEDS": "0",
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
     }
