@@ -14,6 +14,7 @@ import json
 import os
 import re
 import sys
+from collections.abc import Awaitable, Callable
 
 from autogen_agentchat.agents import AssistantAgent
 from autogen_agentchat.base import TaskResult
@@ -82,24 +83,28 @@ def final_line(reply: str) -> str:
     return f"Answer: {answers[-1].strip()}" if answers else " ".join(reply.split())
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+def argument_parser(description: str | None = __doc__) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        description=description, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("question", nargs="*", help="the problem (default: 'question' of $TETHER_TASK)")
     parser.add_argument("--max-tool-iterations", type=int, default=4)
     parser.add_argument("--max-tokens", type=int, default=256)
     parser.add_argument("--temperature", type=float, default=0.7)
-    return parser.parse_args(argv)
+    return parser
 
 
-def main() -> None:
-    args = parse_args()
+def main(
+    solver: Callable[[str, argparse.Namespace], Awaitable[str]] = solve,
+    parser: argparse.ArgumentParser | None = None,
+) -> None:
+    """Read the question (argument or $TETHER_TASK), solve it, print the answer line last."""
+    args = (parser or argument_parser()).parse_args()
     task = json.loads(os.environ.get("TETHER_TASK") or "{}")
     question = " ".join(args.question) or str(task.get("question") or "")
     if not question:
         raise SystemExit("no question: pass one as an argument or in $TETHER_TASK")
-    print(asyncio.run(solve(question, args)))
+    print(asyncio.run(solver(question, args)))
 
 
 if __name__ == "__main__":
