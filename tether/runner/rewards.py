@@ -14,6 +14,7 @@ import importlib
 import importlib.util
 import inspect
 import math
+import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,7 +48,17 @@ def load_callable(spec: str) -> Callable[..., Any]:
         module_spec = importlib.util.spec_from_file_location(path.stem, path)
         assert module_spec is not None and module_spec.loader is not None
         module = importlib.util.module_from_spec(module_spec)
-        module_spec.loader.exec_module(module)
+        # Registered while it runs, as an import would (a @dataclass looks its module up there), and
+        # not after: an unregistered module's functions are pickled by value for Ray workers.
+        previous = sys.modules.get(module_spec.name)
+        sys.modules[module_spec.name] = module
+        try:
+            module_spec.loader.exec_module(module)
+        finally:
+            if previous is None:
+                sys.modules.pop(module_spec.name, None)
+            else:
+                sys.modules[module_spec.name] = previous
     else:
         try:
             module = importlib.import_module(module_name)

@@ -5,12 +5,12 @@ start-up and the framework imports.
 Which modules: at first, the agent script's own top-level imports, read from its source
 (`script_imports`); the zygote's first child then writes down every module it had imported by its end
 (the framework's lazy imports too), and a successor zygote that preloads them all takes over, if it is as
-safe to fork. Modules the user names (`--agent-preload`) are taken as they are. The child runs the script as `python SCRIPT ARGS` would: argv, `__main__`, cwd,
-environment, standard streams, exit code, its own process group (so timeouts kill its children too).
-Where a warm start cannot be exact, the agent starts cold, with one line that says why: a command that
-is not `PYTHON SCRIPT.py ...` or `PYTHON -m MODULE ...`, a sandbox (each rollout needs its own
-namespaces, which a fork of a shared zygote does not have), a preloaded module that starts a thread or
-opens a socket, and a zygote that died twice.
+safe to fork. Modules the user names (`--agent-preload`) are taken as they are. The child runs the script
+as `python SCRIPT ARGS` would: argv, `__main__`, cwd, environment, standard streams, exit code, its own
+process group (so timeouts kill its children too). Where a warm start cannot be exact, the agent starts
+cold, with one line that says why: a command that is not `PYTHON SCRIPT.py ...` or `PYTHON -m MODULE
+...`, a sandbox (each rollout needs its own namespaces, which a fork of a shared zygote does not have), a
+preloaded module that starts a thread or opens a socket, and a zygote that died twice.
 """
 
 from __future__ import annotations
