@@ -1,0 +1,88 @@
+"""Difficulty filtering as Agent Lightning's coding recipe does it (tasks the policy already solves k of
+k are not trained on), through the CLI: a probe run of `tether rollout --group-size K` with the policy,
+then `tether train --curriculum-from PROBE --retire-after K`; `--park-after K` also leaves out the tasks
+it never solves, so only the mixed ones are trained on."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from tether.cli.main import main
+from tether.store import SQLiteStore
+
+AGENTS = Path(__file__).parent / "agents"
+K = 2
+SOLVED, MIXED, UNSOLVED = ["solved-0", "solved-1"], ["mixed-0", "mixed-1"], ["unsolved-0", "unsolved-1"]
+
+
+def write_inputs(project: Path) -> tuple[Path, Path]:
+    """Tasks whose reward the evaluator decides by kind, whatever the (tiny, random) model says: solved
+    always, unsolved never, mixed the first time the evaluator scores it (the probe's group: 1, 0)."""
+    project.mkdir()
+    tasks = project / "tasks.jsonl"
+    tasks.write_text("".join(json.dumps({"id": t, "q": t}) + "\n" for t in SOLVED + MIXED + UNSOLVED))
+    reward = project / "by_kind.py"
+    reward.write_text(
+        "_scored = set()  # the mixed tasks this evaluator has scored once\n\n"
+        "def by_kind(task, output):\n"
+        "    if task['q'].startswith('mixed'):\n"
+        "        first = task['q'] not in _scored\n"
+        "        _scored.add(task['q'])\n"
+        "        return float(first)\n"
+        "    return float(task['q'].startswith('solved'))\n"
+    )
+    return tasks, reward
+
+
+def common(project: Path, tasks: Path, reward: Path) -> list[str]:
+    return [
+        "--agent", f"{sys.executable} {AGENTS / 'one_call_agent.py'}",
+        "--tasks", str(tasks),
+        "--reward", f"{reward}:by_kind",
+        "--model", "tiny-random",
+        "--group-size", str(K),
+        "--project-dir", str(project),
+        "--n-workers", "2",
+    ]  # fmt: skip
+
+
+def trained_tasks(project: Path, run: str) -> set[str]:
+    store = SQLiteStore(project / ".tether" / "store.db")
+    try:
+        return {r.task_id for r in store.list_rollouts(run=run, limit=1000) if r.mode == "train"}
+    finally:
+        store.close()
+
+
+@pytest.fixture(scope="module")
+def probed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
+    """A project with the probe run made: K rollouts of every task with the policy."""
+    project = tmp_path_factory.mktemp("filter") / "project"
+    tasks, reward = write_inputs(project)
+    options = common(project, tasks, reward)
+    assert main(["rollout", *options, "--run", "probe"]) == 0
+    return project, options
+
+
+def train_after_probe(probed: tuple[Path, list[str]], run: str, steps: int, *curriculum: str) -> set[str]:
+    """The tasks a training run took, one per step; untaken tasks come before any repeat."""
+    project, options = probed
+    args = ["train", *options, "--steps", str(steps), "--tasks-per-step", "1", "--val-every", "0"]
+    args += ["--checkpoint-every", "0", "--run", run, "--curriculum-from", "probe", *curriculum]
+    assert main(args) == 0
+    return trained_tasks(project, run)
+
+
+def test_tasks_solved_k_of_k_in_the_probe_are_not_trained_on(probed: tuple[Path, list[str]]) -> None:
+    # 5 steps over 6 tasks would take 5 different ones, a solved one among them, without the filter
+    trained = train_after_probe(probed, "retired", 5, "--retire-after", str(K))
+    assert trained == set(MIXED + UNSOLVED)
+
+
+def test_with_park_after_only_the_mixed_tasks_are_trained_on(probed: tuple[Path, list[str]]) -> None:
+    trained = train_after_probe(probed, "mixed", 3, "--retire-after", str(K), "--park-after", str(K))
+    assert trained == set(MIXED)
