@@ -89,6 +89,13 @@ def test_a_warm_agent_is_started_exactly_as_its_cold_start(warm: WarmStarts, tmp
     assert hot.stdout.splitlines()[0] == cold.stdout.splitlines()[0] == "noise line"
 
 
+def test_after_the_first_run_the_warm_interpreter_also_holds_its_lazy_imports(warm: WarmStarts) -> None:
+    agent = CommandAgent(probe("lazy"), warm=warm)
+    seen = [json.loads(run(agent).output or "{}")["lazy_preloaded"] for _ in range(3)]
+    assert seen == [False, True, True]  # the first child told its successor what it imported
+    assert len(warm.retired) == 1 and warm.zygotes[PYTHON].learned
+
+
 def test_each_warm_child_draws_its_own_random_numbers(warm: WarmStarts) -> None:
     agent = CommandAgent(probe("report"), warm=warm)
     draws = {json.loads(run(agent).output or "{}")["random"] for _ in range(3)}

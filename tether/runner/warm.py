@@ -275,8 +275,8 @@ class WarmStarts:
             self.learning.add(python)
         try:
             return await zygote.fork([python, *args], cwd, env, fds, learn)
-        except ZygoteDied as exc:
-            await self._failed(python, str(exc))
+        except ZygoteDied as exc:  # this agent starts cold; a dead zygote is restarted by the next one
+            log.warning("%s", exc)
             return None
 
     async def _zygote(
@@ -288,20 +288,17 @@ class WarmStarts:
             zygote = self.zygotes.get(python)
             if zygote is not None and zygote.alive:
                 return zygote
-            if zygote is not None:
+            if zygote is not None:  # dead: started again once, with what it held
                 self.failures[python] = self.failures.get(python, 0) + 1
                 if self.failures[python] > RESTARTS:
                     self._go_cold(python, "its warm interpreter died twice")
                     return None
                 log.warning("the warm interpreter of %s died; starting it again", python)
-            if zygote is not None:  # a restart keeps what the dead one held
                 modules, learned = zygote.modules, zygote.learned
             else:
                 modules = self.modules if self.modules is not None else _learned(args)
                 learned = self.modules is not None
-            zygote = Zygote(python, modules, tempfile.mkdtemp(dir=self.folder), learned)
-            if identity:
-                shutil.chown(zygote.folder, user=identity["user"], group=identity["group"])
+            zygote = Zygote(python, modules, self._folder(identity), learned)
             reason = await zygote.start(_script_dir(args), env, identity)
             if reason is not None:
                 self._go_cold(python, reason)
@@ -310,11 +307,12 @@ class WarmStarts:
             self.zygotes[python] = zygote
             return zygote
 
-    async def _failed(self, python: str, reason: str) -> None:
-        zygote = self.zygotes.get(python)
-        if zygote is not None and zygote.alive:
-            return  # a refused request, not a dead zygote: this agent starts cold, the next warm
-        log.warning("%s", reason)
+    def _folder(self, identity: Mapping[str, Any]) -> str:
+        """A folder for one zygote's socket, the agent user's when there is one."""
+        folder = tempfile.mkdtemp(dir=self.folder)
+        if identity:
+            shutil.chown(folder, user=identity["user"], group=identity["group"])
+        return folder
 
     def _go_cold(self, python: str, reason: str) -> None:
         if python not in self.cold:
@@ -330,10 +328,8 @@ class WarmStarts:
         current = self.zygotes.get(started.python)
         if not modules or current is None or not current.alive:
             return
-        successor = Zygote(started.python, modules, tempfile.mkdtemp(dir=self.folder), learned=True)
         script_dir, env, identity = current.setting
-        if identity:
-            shutil.chown(successor.folder, user=identity["user"], group=identity["group"])
+        successor = Zygote(started.python, modules, self._folder(identity), learned=True)
         reason = await successor.start(script_dir, env, identity)
         if reason is not None:
             log.info("warm interpreter for %s keeps the script's imports only: %s", started.python, reason)

@@ -5,6 +5,7 @@ import sys
 
 # Read before any import of this script's: whether its imports were already loaded (a warm start).
 PRELOADED = "xml.dom.minidom" in sys.modules
+LAZY_PRELOADED = "difflib" in sys.modules  # imported by mode "lazy" only, inside a function
 
 import json  # noqa: E402
 import os  # noqa: E402
@@ -36,6 +37,10 @@ def main(mode, *args):
     if mode == "report":
         print("noise line")
         print(json.dumps(report()))
+    elif mode == "lazy":
+        import difflib  # noqa: F401  (what only a finished run can tell a zygote to preload)
+
+        print(json.dumps({"lazy_preloaded": LAZY_PRELOADED}))
     elif mode == "exit":
         print("before exit", file=sys.stderr)
         sys.exit(int(args[0]))
