@@ -23,9 +23,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.examples.support import ROOT, Example, Finished, finished
 from tests.helpers import serve_app
+from tests.runner.k8s.apiserver import Cluster, iter_env, write_kubeconfig
+from tests.runner.k8s.conftest import free_port
+from tests.runner.k8s.lockdown import lockdown_gaps
 from tether.store import RolloutStatus
 from tether.teacher import Reply, normalize, teacher_app
 
@@ -33,6 +37,7 @@ CODING = Example("coding_agent")
 load = CODING.load
 AGENT = CODING.agent("--command-timeout", "4", "--max-turns", "4")
 REWARD = CODING.reward("fixed")
+CODING_IMAGE = "tether-coding-agent:dev"
 MARKER = f"coding-agent-test-{secrets.token_hex(4)}"  # in the hostile model's daemon's command line
 ISSUE = re.compile(r"<issue>\s*(.*?)\s*</issue>", re.DOTALL)
 TEST_CONFTEST = """cat > conftest.py <<'EOF'
@@ -403,3 +408,71 @@ def test_a_hostile_agent_in_the_sandbox_reads_neither_the_hidden_tests_nor_the_r
     assert sandboxed.rewards(task)["reward"] == 0.0
     # the control: unsandboxed, the same commands read the task file (canary) and the sdist's tests
     assert canary in outside and test_line in outside
+
+
+# -- as Kubernetes Jobs ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[tuple[Cluster, Path]]:
+    """The test API server (tests/runner/k8s/apiserver.py), its node running each pod's command as a local
+    process; the coding agent's image is the one it has."""
+    node = tmp_path / "node"
+    node.mkdir()
+    state = Cluster(node, images={CODING_IMAGE})
+    with serve_app(state.app()) as url:
+        try:
+            yield state, write_kubeconfig(tmp_path / "kubeconfig", url)
+        finally:
+            state.stop()
+
+
+@pytest.mark.bwrap
+def test_the_teacher_fixes_its_tasks_through_locked_down_kubernetes_jobs(
+    project: Path, generated: Generated, cluster: tuple[Cluster, Path]
+) -> None:
+    state, kubeconfig = cluster
+    (project / "data" / "k8s.jsonl").write_text("".join(json.dumps(t) + "\n" for t in generated.train))
+    jobs_args = [
+        *("--runner", "k8s", "--job-template", str(CODING.dir / "k8s-job.yaml.j2")),
+        *("--kubeconfig", str(kubeconfig), "--agent-url", f"http://127.0.0.1:{free_port()}"),
+        *("--max-jobs-per-minute", "600"),
+    ]
+    model = Model(load("teacher").CodingTeacher(generated.train), {})
+    rollouts = rollout(project, model, generated.train, "k8s", *jobs_args)
+    for task in generated.train:
+        assert rollouts[task["id"]].reward_values["reward"] == 1.0  # the evaluator, under bwrap, here
+    jobs = [body for kind, body in state.submitted if kind == "jobs"]
+    assert len(jobs) == len(generated.train)
+    for job in jobs:
+        assert lockdown_gaps(job) == []
+        pod = job["spec"]["template"]["spec"]
+        # its writable places are two empty scratch volumes: the working copy's and /tmp
+        assert {m["mountPath"] for m in pod["containers"][0]["volumeMounts"]} == {"/work", "/tmp"}
+        assert all(set(volume) == {"name", "emptyDir"} for volume in pod["volumes"])
+    # each pod got its task without the reference; nothing that reached the cluster holds the hidden tests
+    given = [json.loads(e["value"]) for job in jobs for e in iter_env(job) if e["name"] == "TETHER_TASK"]
+    public = [{k: v for k, v in task.items() if k not in ("id", "reference")} for task in generated.train]
+    assert sorted(given, key=lambda t: t["issue"]) == sorted(public, key=lambda t: t["issue"])
+    shipped = json.dumps(state.submitted)
+    assert not any(task["reference"]["tests"] in shipped for task in generated.train)
+
+
+def test_the_image_and_the_networkpolicy_fit_the_coding_job() -> None:
+    """No Docker runs here: the Dockerfile is read for what the Job relies on, and the shared NetworkPolicy
+    is checked to select the coding agent's pods."""
+    job = yaml.safe_load(
+        (CODING.dir / "k8s-job.yaml.j2").read_text().replace("{{ command | tojson }}", '["python"]')
+    )
+    pod = job["spec"]["template"]["spec"]
+    dockerfile = (CODING.dir / "Dockerfile").read_text()
+    instructions = dict(
+        line.split(" ", 1) for line in dockerfile.splitlines() if line and not line.startswith((" ", "#"))
+    )
+    assert instructions["USER"] == str(pod["securityContext"]["runAsUser"])
+    assert instructions["WORKDIR"] == "/work"  # the agent unpacks into its cwd: the empty volume
+    assert pod["containers"][0]["image"] == CODING_IMAGE and f"-t {CODING_IMAGE}" in dockerfile
+    assert "uninstall --yes pip" in dockerfile and not re.search(r"apt|apk", dockerfile)
+    policy = yaml.safe_load((ROOT / "examples" / "arith_agent" / "k8s-networkpolicy.yaml").read_text())
+    selector = policy["spec"]["podSelector"]["matchLabels"]
+    assert selector.items() <= job["spec"]["template"]["metadata"]["labels"].items()
