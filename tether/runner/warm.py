@@ -41,6 +41,21 @@ PYTHON_NAME = re.compile(r"python(\d+(\.\d+)?)?$")
 log = logging.getLogger(__name__)
 
 
+@dataclass
+class _CpuTally:
+    seconds: float = 0.0
+
+
+# The CPU seconds of every warm child that ended in this process, as its zygote measured them: a cold
+# agent's are in the process's RUSAGE_CHILDREN, a warm one's are its zygote's until the zygote ends.
+_FORKED_CPU = _CpuTally()
+
+
+def forked_cpu_seconds() -> float:
+    """The user and system CPU time of the warm agents (and their waited-for children) ended so far."""
+    return _FORKED_CPU.seconds
+
+
 class ZygoteDied(RuntimeError):
     """The zygote ended while it ran an agent, or before it answered."""
 
@@ -100,6 +115,7 @@ class Started:
         line = await self.lines.next()
         if "status" not in line:
             raise ZygoteDied("the warm interpreter ended while the agent ran")
+        _FORKED_CPU.seconds += float(line.get("cpu") or 0.0)
         return os.waitstatus_to_exitcode(int(line["status"]))
 
     def close(self) -> None:

@@ -8,8 +8,9 @@ later), and nothing of Tether: it runs in whatever environment the agent's inter
 
 Protocol, one Unix-socket connection per agent: Tether sends one JSON line
 `{"argv": [...], "cwd": ..., "env": {...}, "learn": PATH or null}` with three file descriptors (stdin,
-stdout, stderr) attached; the zygote answers `{"pid": N}` once the child runs, then `{"status": S}` (a raw
-wait status) when it ends. With `learn`, the child writes the names of every module it had imported by its
+stdout, stderr) attached; the zygote answers `{"pid": N}` once the child runs, then `{"status": S, "cpu":
+SECONDS}` (a raw wait status, and the user and system CPU time of the child and its waited-for children)
+when it ends. With `learn`, the child writes the names of every module it had imported by its
 end to PATH, so that Tether can start a zygote that preloads those (`tether/runner/warm.py`). When its
 stdin closes, the zygote takes no more requests and exits once its children have ended.
 Its first line on stdout is `{"ready": [modules]}`, or `{"unsafe": reason}` (then it exits): a module
@@ -289,14 +290,14 @@ class Zygote:
             pass
         while self.children:
             try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
+                pid, status, usage = os.wait4(-1, os.WNOHANG)
             except ChildProcessError:
                 return
             if pid == 0:
                 return
             connection = self.children.pop(pid, None)
             if connection is not None:
-                _answer(connection, {"status": status})
+                _answer(connection, {"status": status, "cpu": usage.ru_utime + usage.ru_stime})
                 connection.close()
 
 

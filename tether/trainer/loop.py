@@ -44,6 +44,7 @@ from tether.policy_server import PolicyServer, PolicyServerOptions, PolicyWeight
 from tether.runner import AIRRules, Runner, RunnerConfig
 from tether.runner.agents import Agent
 from tether.runner.driver import RolloutOutcome
+from tether.runner.pool import WorkerPool
 from tether.runner.rewards import Evaluator
 from tether.runner.runner import PoolFactory
 from tether.runner.runs import RunRecord, cancel_queued
@@ -54,7 +55,7 @@ from tether.trainer.curriculum import Curriculum, CurriculumConfig, CurriculumEx
 from tether.trainer.cursor import TaskCursor
 from tether.trainer.learner import Learner, TrainingDiverged, open_learner
 from tether.trainer.metrics import MetricsLog
-from tether.trainer.stages import stage_stats
+from tether.trainer.stages import agent_cpu_seconds, stage_stats
 from tether.trainer.staleness import fresh_transitions
 
 console = Console(stderr=True)
@@ -377,8 +378,9 @@ class _Session:
         ]
 
     async def _collect(self, requests: Sequence[RolloutRequest]) -> tuple[list[Transition], dict[str, Any]]:
-        started = time.monotonic()
+        started, cpu_before = time.monotonic(), agent_cpu_seconds()
         outcomes = await self.runner.run(requests)
+        agent_cpu = agent_cpu_seconds() - cpu_before
         report = await asyncio.to_thread(
             build_transitions,
             self.trainer.store,
@@ -406,6 +408,9 @@ class _Session:
             **_per_agent(report),
             **await asyncio.to_thread(stage_stats, self.trainer.store, [o.rollout_id for o in outcomes]),
         }
+        stats["idle_seconds"] = max(seconds - stats["generation_seconds"], 0.0)
+        if self.trainer.pools in (None, WorkerPool):  # the agents ran in this process's workers
+            stats["agent_cpu_seconds"] = agent_cpu
         return report.transitions, stats
 
     def _load_demonstrations(self) -> list[list[Transition]]:
@@ -561,7 +566,7 @@ class _Session:
                 generated = sum(stats["groups"] for _, stats in groups)
                 wanted = self._more_groups([t for part, _ in groups for t in part], generated)
             transitions = [t for part, _ in groups for t in part]
-            await self._update(transitions, self._sampling_stats(transitions, [s for _, s in groups]))
+            await self._update(transitions, self._sampling_stats(transitions, [s for _, s in groups], True))
 
     def _more_groups(self, transitions: Sequence[Transition], generated: int) -> int:
         """Dynamic sampling: how many more groups to launch for this step's batch (0: it is complete)."""
@@ -573,9 +578,13 @@ class _Session:
         return max(0, min(missing, cap - generated))
 
     def _sampling_stats(
-        self, transitions: Sequence[Transition], parts: list[dict[str, Any]]
+        self, transitions: Sequence[Transition], parts: list[dict[str, Any]], sequential: bool
     ) -> dict[str, Any]:
-        stats = _merge_stats(parts) if len(parts) > 1 else dict(parts[0])
+        """The step's metrics from its rounds of groups (`sequential`: one after another, in sync mode; else
+        overlapping, in async mode), with dynamic sampling's counts and the harness's ratio."""
+        stats = _merge_stats(parts, sequential) if len(parts) > 1 else dict(parts[0])
+        if stats.get("generation_seconds"):
+            stats["harness_ratio"] = stats["rollout_seconds"] / stats["generation_seconds"]
         generated = sum(p["groups"] for p in parts)
         with_signal = signal_groups(transitions)
         stats.update(
@@ -617,7 +626,7 @@ class _Session:
                 fresh, staleness = fresh_transitions(
                     transitions, self.server.policy_version, self.config.max_staleness
                 )
-                stats = self._sampling_stats(transitions, [s for _, s in done])
+                stats = self._sampling_stats(transitions, [s for _, s in done], False)
                 stats["stale_dropped"] = staleness.dropped
                 stats["stale_tokens_masked"] = staleness.masked_tokens
                 stats["staleness_mean"] = staleness.mean
@@ -731,7 +740,12 @@ def release_free_memory() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
-def _merge_stats(parts: list[dict[str, Any]]) -> dict[str, Any]:
+SECONDS_KEYS = ("rollout_seconds", "generation_seconds", "idle_seconds", "agent_cpu_seconds")
+
+
+def _merge_stats(parts: list[dict[str, Any]], sequential: bool) -> dict[str, Any]:
+    """Counts add up, means are weighted by rollouts; stage times add up over sequential rounds, while of
+    overlapping groups (async) the longest one's stands for the step."""
     rollouts = sum(p["rollouts"] for p in parts) or 1
     merged: dict[str, Any] = {}
     keys = dict.fromkeys(key for part in parts for key in part)  # per-node and per-agent keys may differ
@@ -741,8 +755,8 @@ def _merge_stats(parts: list[dict[str, Any]]) -> dict[str, Any]:
         summed = ("rollouts", "groups", "failed_rollouts", "calls", "merged_calls", "merge_breaks")
         if counted or key in summed:
             merged[key] = sum(values)
-        elif key in ("rollout_seconds", "generation_seconds"):
-            merged[key] = max(values)
+        elif key in SECONDS_KEYS:
+            merged[key] = sum(values) if sequential else max(values)
         else:
             merged[key] = sum(p.get(key, 0) * p["rollouts"] for p in parts) / rollouts
     return merged
