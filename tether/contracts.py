@@ -15,6 +15,9 @@ LLM_COMPLETIONS_SPAN: Final = "llm.completions"
 CALL_SPAN_NAMES: Final[dict[str, str]] = {"chat": LLM_CHAT_SPAN, "completions": LLM_COMPLETIONS_SPAN}
 
 
+JUDGE_SPAN: Final = "judge.chat"  # a judge's call, recorded with the rollout it scored; not a model call
+
+
 def is_call_span(name: str) -> bool:
     return name.startswith(LLM_SPAN_PREFIX)
 
@@ -32,6 +35,7 @@ class Origin:
     AGENT: Final = "agent"  # spans and rewards an agent sent with its rollout token
     EVALUATOR: Final = "evaluator"  # rewards: the run's evaluator, written by the runner
     AIR: Final = "air"  # rewards: automatic intermediate rewards, written by the runner
+    JUDGE: Final = "judge"  # spans: an LLM judge's calls while it scored a rollout (never trained on)
 
 
 class CallAttr:
@@ -122,7 +126,14 @@ PROMPT_ALGORITHMS: Final = ("apo", "pareto")
 
 UPSTREAM_KEY_ENV: Final = "TETHER_UPSTREAM_KEY"  # the API key for --upstream (or --upstream-key-file)
 OPTIMIZER_KEY_ENV: Final = "TETHER_OPTIMIZER_KEY"  # for --optimizer-endpoint (or --optimizer-key-file)
+JUDGE_KEY_ENV: Final = "TETHER_JUDGE_KEY"  # for --judge-url (or --judge-key-file)
 # PostgreSQL's client (libpq, under psycopg) reads a store's password from these.
 POSTGRES_PASSWORD_ENV: Final = ("PGPASSWORD", "PGPASSFILE")
 # Every variable that carries (or points at) a secret of the operator's; an agent never inherits one.
-SECRET_ENV: Final = (UPSTREAM_KEY_ENV, OPTIMIZER_KEY_ENV, *POSTGRES_PASSWORD_ENV, "WANDB_API_KEY")
+SECRET_ENV: Final = (
+    UPSTREAM_KEY_ENV,
+    OPTIMIZER_KEY_ENV,
+    JUDGE_KEY_ENV,
+    *POSTGRES_PASSWORD_ENV,
+    "WANDB_API_KEY",
+)

@@ -112,7 +112,7 @@ def test_the_reward_is_the_primary_of_the_dict_through_the_runner() -> None:
     from tether.runner.rewards import evaluate, load_callable
 
     task = {"question": "Where was Beethoven born?", "reference": {"answer": "Bonn"}}
-    rewards = evaluate(load_callable(REWARD), "r1", 1, task, "Answer: Bonn", [])
+    rewards, _ = evaluate(load_callable(REWARD), "r1", 1, task, "Answer: Bonn", [])
     assert {r.name: (r.value, r.primary) for r in rewards} == {
         "reward": (1.0, True),
         "format": (1.0, False),

@@ -25,6 +25,7 @@ from tether.cli.common import (
     runner_pools,
     serving_policy,
 )
+from tether.cli.reward_args import add_reward_args, evaluator_from_args, reward_setting
 from tether.cli.sandbox_args import add_sandbox_args, sandbox_from_args
 from tether.cli.text import shown
 from tether.contracts import Meta
@@ -38,7 +39,6 @@ from tether.runner import (
     Runner,
     RunnerConfig,
     TaskFileError,
-    load_callable,
     load_tasks,
     summarize,
 )
@@ -122,12 +122,7 @@ def add_runner_args(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="task file: JSON lines, one task each; a task's 'reference' object is for --reward only",
     )
-    parser.add_argument(
-        "--reward",
-        metavar="MODULE:FUNCTION",
-        help="evaluator (task, output, trace) -> float or dict; a file.py:function works too. It gets the "
-        "whole task, its 'reference' (the fields no agent sees) included",
-    )
+    add_reward_args(parser)
     parser.add_argument("--primary-reward", metavar="NAME", help="which named reward of a dict is the reward")
     parser.add_argument("--n-workers", type=int, default=4, help="agents running at once")
     parser.add_argument("--max-attempts", type=int, default=1, help="attempts per rollout (crash, timeout)")
@@ -162,7 +157,7 @@ def load_inputs(args: argparse.Namespace) -> tuple[list[Task], Evaluator | None,
     """Everything that can be wrong with the user's files is found here, before anything runs."""
     try:
         tasks = load_tasks(args.tasks)
-        evaluator = load_callable(args.reward) if args.reward else None
+        evaluator = evaluator_from_args(args)
         check_reference_reader(evaluator, tasks)
         sandbox = sandbox_from_args(args, evaluator)
         agent = CommandAgent(
@@ -212,7 +207,7 @@ def command_settings(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "agent": args.agent,
         "tasks": str(Path(args.tasks).resolve()),
-        "reward": args.reward,
+        "reward": reward_setting(args),
         "primary_reward": args.primary_reward,
         "max_attempts": args.max_attempts,
         "model": args.upstream or args.model,

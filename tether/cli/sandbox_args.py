@@ -4,13 +4,13 @@ optimize-prompt): defined here once, turned into the `Sandbox` that `CommandAgen
 from __future__ import annotations
 
 import argparse
-import inspect
 import os
 import shlex
 from collections.abc import Callable
 from typing import Any
 
 from tether.project import Project
+from tether.rewards import evaluator_files
 from tether.runner.agents import PRIVATE_VARIABLES
 from tether.runner.sandbox import (
     SANDBOXES,
@@ -113,9 +113,7 @@ def hidden_paths(args: argparse.Namespace, evaluator: Callable[..., Any] | None)
     project = Project.at(getattr(args, "project_dir", None))
     hide = [str(path) for path in project_hide(project.root, needed)]
     hide += [os.path.abspath(f) for f in (args.tasks, getattr(args, "val_tasks", None)) if f]
-    source = evaluator_file(evaluator)
-    if source is not None and source not in needed:
-        hide.append(source)
+    hide += [source for source in evaluator_files(evaluator) if source not in needed]
     return tuple([*hide, *(os.path.abspath(os.path.expanduser(p)) for p in args.sandbox_hide)])
 
 
@@ -125,13 +123,3 @@ def agent_files(template: str) -> list[str]:
     except ValueError:  # CommandAgent reports it
         return []
     return [os.path.abspath(part) for part in parts if "{" not in part and os.path.exists(part)]
-
-
-def evaluator_file(evaluator: Callable[..., Any] | None) -> str | None:
-    if evaluator is None:
-        return None
-    try:
-        source = inspect.getsourcefile(evaluator)
-    except TypeError:  # a builtin
-        return None
-    return os.path.abspath(source) if source else None

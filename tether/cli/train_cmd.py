@@ -21,6 +21,7 @@ from tether.cli.common import (
 )
 from tether.cli.plot_cmd import plot
 from tether.cli.progress import held_out_score, step_progress
+from tether.cli.reward_args import reward_setting
 from tether.cli.rollout_cmd import AGENT_REWARDS, add_runner_args, load_inputs
 from tether.contracts import ALGORITHMS, POLICY_UPSTREAM
 from tether.project import Project
@@ -281,7 +282,7 @@ def _command_line(args: argparse.Namespace) -> tuple[dict[str, object], dict[str
         "agent": args.agent,
         "tasks": str(Path(args.tasks).resolve()),
         "val_tasks": str(Path(args.val_tasks).resolve()) if args.val_tasks else None,
-        "reward": args.reward,
+        "reward": reward_setting(args),
     }
     return named, shape
 

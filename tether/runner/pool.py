@@ -21,9 +21,9 @@ import orjson
 from tether.auth import TokenAuthority
 from tether.contracts import agent_task
 from tether.runner.agents import LLM, Agent, AgentResult
-from tether.runner.rewards import AIRRules, Evaluator, RewardError, air_rewards, evaluate
+from tether.runner.rewards import AIRRules, Evaluator, RewardError, air_rewards, attributed, evaluate
 from tether.store.base import InvalidTransition, NotFound, Store
-from tether.store.models import Claim, Reward, Rollout, RolloutStatus
+from tether.store.models import Claim, Reward, Rollout, RolloutStatus, Span
 
 log = logging.getLogger(__name__)
 IDLE_RECHECK_S = 1.0
@@ -190,8 +190,9 @@ class WorkerPool:
         rewards: list[Reward] = air_rewards(spans, self.config.air, rollout.id, attempt)
         error = result.error
         if result.ok and self.evaluator is not None:
+            scoring: list[Span] = []
             try:
-                rewards += await asyncio.to_thread(
+                verdict, scoring = await asyncio.to_thread(
                     evaluate,
                     self.evaluator,
                     rollout.id,
@@ -201,8 +202,14 @@ class WorkerPool:
                     spans,
                     self.config.primary_reward,
                 )
-            except (RewardError, Exception) as exc:  # the user's evaluator may raise anything
+                rewards += verdict
+            except RewardError as exc:
+                scoring = attributed(exc.spans, rollout.id, attempt)
                 error = f"evaluator failed: {type(exc).__name__}: {exc}"
+            except Exception as exc:  # the user's evaluator may raise anything
+                error = f"evaluator failed: {type(exc).__name__}: {exc}"
+            if scoring:  # how the verdict was reached (a judge's calls), kept even when it failed
+                await asyncio.to_thread(self.store.add_spans, scoring)
         if rewards:
             await asyncio.to_thread(self.store.add_rewards, rewards)
         if result.timed_out:

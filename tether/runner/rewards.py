@@ -16,7 +16,7 @@ import inspect
 import math
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,7 +34,21 @@ Evaluator = TraceEvaluator | OutputEvaluator
 
 
 class RewardError(ValueError):
-    """An evaluator that cannot be loaded, or that returned something that is not a reward."""
+    """An evaluator that cannot be loaded, that failed to score, or that returned something that is not a
+    reward; `spans` are what it recorded on the way (a judge's calls), kept with the rollout all the same."""
+
+    def __init__(self, message: str, spans: Sequence[Span] = ()) -> None:
+        super().__init__(message)
+        self.spans = list(spans)
+
+
+@dataclass
+class Scored:
+    """A verdict with the spans of how it was reached (a judge's calls): what reward sources other than a
+    plain function return. The runner records the spans with the rollout and attempt they scored."""
+
+    values: dict[str, float]
+    spans: list[Span] = field(default_factory=list)
 
 
 def load_callable(spec: str) -> Callable[..., Any]:
@@ -109,7 +123,7 @@ def check_reference_reader(evaluator: Callable[..., Any] | None, tasks: Iterable
         )
 
 
-def _call_evaluator(evaluator: Evaluator, task: dict[str, Any], output: str | None, trace: list[Span]) -> Any:
+def call_evaluator(evaluator: Evaluator, task: dict[str, Any], output: str | None, trace: list[Span]) -> Any:
     if _takes_trace(evaluator):
         return evaluator(task, output, trace)
     return evaluator(task, output)
@@ -123,9 +137,14 @@ def evaluate(
     output: str | None,
     trace: list[Span],
     primary: str | None = None,
-) -> list[Reward]:
-    """Run the evaluator and turn its verdict into rewards; exactly one of them is primary."""
-    verdict = _call_evaluator(evaluator, task, output, trace)
+) -> tuple[list[Reward], list[Span]]:
+    """Run the evaluator and turn its verdict into rewards, exactly one of them primary; with the spans it
+    recorded on the way (a `Scored` verdict's: a judge's calls), as the rollout's."""
+    verdict = call_evaluator(evaluator, task, output, trace)
+    spans: list[Span] = []
+    if isinstance(verdict, Scored):
+        spans = attributed(verdict.spans, rollout_id, attempt)
+        verdict = verdict.values
     if isinstance(verdict, bool) or isinstance(verdict, int | float):
         values = {primary or "reward": float(verdict)}
     elif isinstance(verdict, dict) and verdict:
@@ -138,7 +157,7 @@ def evaluate(
     chosen = primary if primary is not None else ("reward" if "reward" in values else next(iter(values)))
     if chosen not in values:
         raise RewardError(f"the primary reward {chosen!r} is not among the evaluator's {sorted(values)}")
-    return [
+    rewards = [
         Reward(
             rollout_id=rollout_id,
             attempt=attempt,
@@ -149,6 +168,12 @@ def evaluate(
         )
         for name, value in values.items()
     ]
+    return rewards, spans
+
+
+def attributed(spans: Sequence[Span], rollout_id: str, attempt: int) -> list[Span]:
+    """An evaluator's spans as the rollout's and attempt's."""
+    return [span.model_copy(update={"rollout_id": rollout_id, "attempt": attempt}) for span in spans]
 
 
 @dataclass

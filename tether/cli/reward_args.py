@@ -1,0 +1,79 @@
+"""`--reward` and its companions, shared by rollout, train and optimize-prompt: which reward sources score
+the rollouts (`tether.rewards`), read and checked before anything runs."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from tether.cli.secrets import JUDGE_KEY, add_secret_arg, secret_value
+from tether.rewards import RewardOptions, combine, parse_weights, reward_source
+from tether.runner.rewards import Evaluator
+
+
+def add_reward_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--reward",
+        metavar="SPEC",
+        action="append",
+        default=None,
+        help="how rollouts are scored; give it more than once for several rewards. MODULE:FUNCTION or "
+        "file.py:FUNCTION: an evaluator (task, output[, trace]) -> float or {name: float}, given the "
+        "whole task, its 'reference' (the fields no agent sees) included. judge:RUBRIC.md: an LLM judge "
+        "at --judge-url grades each rollout against the rubric (reward 'judge', 0 to 1). http(s)://URL: "
+        'a reward-model server, POSTed {"task", "output", "calls"}, answering {"reward": X} or '
+        '{"rewards": {NAME: X}}',
+    )
+    parser.add_argument(
+        "--reward-weights",
+        metavar="NAME=W,...",
+        default=None,
+        help="the reward is the weighted sum of these named rewards (e.g. format=0.2,judge=0.8); the "
+        "named ones are kept beside it",
+    )
+    parser.add_argument(
+        "--judge-url", metavar="URL", help="the judge's OpenAI-compatible endpoint, ending in /v1"
+    )
+    parser.add_argument("--judge-model", metavar="NAME", default="judge", help="the model name to ask for")
+    add_secret_arg(parser, JUDGE_KEY)
+    parser.add_argument(
+        "--reward-timeout",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="per call of a judge or reward server (default 60)",
+    )
+    parser.add_argument(
+        "--reward-retries",
+        type=int,
+        default=2,
+        metavar="N",
+        help="retries of a judge or reward server call that failed or answered out of format (default 2)",
+    )
+
+
+def evaluator_from_args(args: argparse.Namespace) -> Evaluator | None:
+    """The evaluator the options describe, or None without --reward; RewardError on a bad one."""
+    specs: list[str] = args.reward or []
+    weights = parse_weights(args.reward_weights) if args.reward_weights else None
+    if weights and not specs:
+        raise SystemExit("tether: --reward-weights needs --reward")
+    if not specs:
+        return None
+    options = RewardOptions(
+        judge_url=args.judge_url,
+        judge_model=args.judge_model,
+        judge_key=secret_value(args, JUDGE_KEY) or "none",
+        timeout_s=args.reward_timeout,
+        retries=args.reward_retries,
+    )
+    return combine([reward_source(spec, options) for spec in specs], weights)
+
+
+def reward_setting(args: argparse.Namespace) -> Any:
+    """What the run records of its rewards: one spec as given (as runs always did), several as a list."""
+    specs = args.reward or []
+    named: Any = specs[0] if len(specs) == 1 else (specs or None)
+    if args.reward_weights:
+        return {"sources": specs, "weights": args.reward_weights}
+    return named
