@@ -39,6 +39,7 @@ class Example:
     group_size: int
     tasks_per_step: int
     timeout_s: int
+    extra: tuple[str, ...] = ()  # more `tether train` options
 
 
 EXAMPLES_RUN = {
@@ -57,6 +58,7 @@ EXAMPLES_RUN = {
         4,
         4,
         600,
+        ("--train-temperature", "1.0"),  # its checker samples greedily, which RL cannot train on
     ),
     "rag": Example(
         "python examples/rag_agent/agent.py --temperature 1.0",
@@ -97,7 +99,7 @@ def train(name: str, project: Path, tasks: Path, steps: int, warm: bool) -> list
         *("--model", "smollm2-135m", "--algorithm", "grpo", "--steps", str(steps)),
         *("--group-size", str(example.group_size), "--tasks-per-step", str(example.tasks_per_step)),
         *("--val-every", "0", "--checkpoint-every", "0", "--timeout", str(example.timeout_s)),
-        *("--run-name", run, *(["--agent-warm"] if warm else [])),
+        *("--run-name", run, *example.extra, *(["--agent-warm"] if warm else [])),
     ]
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
@@ -167,6 +169,9 @@ def main() -> None:
                     started = time.monotonic()
                     row = steady(train(name, project, tasks, args.steps, warm))
                     results.setdefault(name, {}).setdefault(mode, []).append(row)
+                    if args.out:  # so far, in case a later run fails
+                        args.out.mkdir(parents=True, exist_ok=True)
+                        (args.out / "results.json").write_text(json.dumps(results, indent=2))
                     took = time.monotonic() - started
                     print(
                         f"harness_price: {name} {mode} round {round_ + 1}: {took:.0f} s, "
