@@ -209,6 +209,24 @@ def test_the_file_system_is_read_only_but_the_scratch_and_the_project_is_hidden(
     Path("/tmp/tether-sandbox-probe").unlink()
 
 
+def test_an_interpreter_of_a_virtual_environment_under_tmp_runs_with_its_environment(tmp_path: Path) -> None:
+    """/tmp is emptied in the sandbox, but a project checked out there runs from its own environment."""
+    venv = Path(tempfile.mkdtemp(prefix="sandbox-venv-"))
+    try:
+        subprocess.run([PYTHON, "-m", "venv", "--without-pip", str(venv)], check=True)
+        (venv / "secret.txt").write_text("hidden")
+        (venv / "lib" / "marker.txt").write_text("kept")
+        code = (
+            "import json, os, sys; p = sys.prefix; m = p + '/lib/marker.txt'; "
+            "print(json.dumps([p, os.path.isfile(m), os.path.getsize(p + '/secret.txt')]))"
+        )
+        command = f"{venv}/bin/python -I -c {json.dumps(code)}"
+        inside = seen(CommandAgent(command, sandbox=sandbox(hide=(str(venv / "secret.txt"),))))
+    finally:
+        shutil.rmtree(venv)
+    assert inside == [str(venv), True, 0]  # its own prefix, its files there, a hidden file still empty
+
+
 # -- the network ------------------------------------------------------------------------------------
 
 

@@ -127,6 +127,7 @@ class Layout:
     relay_dir: str
     hide: tuple[str, ...] = ()
     files: tuple[str, ...] = ()  # files the command names, kept visible under emptied directories
+    kept: tuple[str, ...] = ()  # virtual environments the command runs from, kept visible there too
 
 
 @dataclass(frozen=True)
@@ -223,9 +224,12 @@ class BwrapSandbox:
 
     def _layout(self, command: Command, relay_dir: str) -> Layout:
         hide = tuple(_existing(self.options.hide))
-        named = [p for p in _existing(command.argv) if os.path.isfile(p)]
-        files = tuple(p for p in named if _under(p, _shared_dirs()) and not _under(p, hide))
-        return Layout(os.path.realpath(command.cwd), relay_dir, hide, files)
+        shared = _shared_dirs()
+        named = _named_paths(command.argv, {**command.inherited, **command.env}.get("PATH"))
+        visible = [p for p in named if _under(p, shared) and not _under(p, hide)]
+        kept = tuple(dict.fromkeys(v for p in visible if (v := _venv_root(p)) and not _under(v, hide)))
+        files = tuple(p for p in visible if os.path.isfile(p) and not _under(p, kept))
+        return Layout(os.path.realpath(command.cwd), relay_dir, hide, files, kept)
 
     def _inner(self, ready: Ready, layout: Layout, argv: Sequence[str], port: int | None) -> list[str]:
         """The relay, which listens on the sandbox's loopback, sets the limits and runs the agent."""
@@ -267,11 +271,12 @@ def bwrap_argv(ready: Ready, layout: Layout, inner: Sequence[str]) -> list[str]:
     argv += ["--proc", "/proc"]
     for folder in shared:
         argv += ["--tmpfs", folder]
-    for path in layout.files:
+    for path in [*layout.kept, *layout.files]:
         argv += ["--ro-bind", path, path]
     argv += ["--ro-bind", layout.relay_dir, layout.relay_dir]
     first = [p for p in layout.hide if not _under(p, shared)]  # what is under those is gone already
-    again = [p for p in layout.hide if _under(p, [layout.scratch])]  # the scratch bind shows it again
+    # the scratch and kept environments' binds show what is under them again
+    again = [p for p in layout.hide if _under(p, [layout.scratch, *layout.kept])]
     empty = os.path.join(layout.relay_dir, EMPTY)
     argv += _hiding(first, empty)
     argv += ["--bind", layout.scratch, layout.scratch]
@@ -352,6 +357,22 @@ def _shared_dirs() -> list[str]:
 
 def _existing(paths: Iterable[str]) -> list[str]:
     return [os.path.realpath(p) for p in paths if os.path.isabs(p) and os.path.exists(p)]
+
+
+def _named_paths(argv: Sequence[str], path_env: str | None) -> list[str]:
+    """The existing files a command names, as named and resolved: its program found on PATH, and every
+    absolute argument."""
+    named = [arg for arg in argv if os.path.isabs(arg)]
+    program = shutil.which(argv[0], path=path_env) if argv and not os.path.isabs(argv[0]) else None
+    found = [os.path.abspath(p) for p in [*([program] if program else []), *named] if os.path.exists(p)]
+    return list(dict.fromkeys(q for p in found for q in (p, os.path.realpath(p))))
+
+
+def _venv_root(path: str) -> str | None:
+    """The virtual environment an interpreter `ENV/bin/python` belongs to (a symlink out of it, usually):
+    the whole environment must be there for it to start."""
+    root = os.path.dirname(os.path.dirname(path))
+    return root if os.path.isfile(os.path.join(root, "pyvenv.cfg")) else None
 
 
 def _under(path: str, folders: Iterable[str]) -> bool:
