@@ -15,6 +15,7 @@ import pytest
 from tests.helpers import serve_app
 from tether.contracts import JUDGE_SPAN, Origin
 from tether.rewards import Judge
+from tether.rewards.judge import Endpoint
 from tether.runner.rewards import RewardError, Scored
 from tether.teacher import Reply, teacher_app
 
@@ -35,7 +36,7 @@ def judge_server(answers: Callable[[dict[str, Any]], str]) -> Iterator[tuple[str
 
 
 def judge(url: str, retries: int = 2) -> Judge:
-    return Judge(RUBRIC, url, "judge", retries=retries, timeout_s=10)
+    return Judge(RUBRIC, Endpoint(url, "judge", retries=retries, timeout_s=10))
 
 
 def user_message(request: dict[str, Any]) -> str:

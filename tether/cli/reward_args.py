@@ -8,7 +8,9 @@ from typing import Any
 
 from tether.cli.secrets import JUDGE_KEY, add_secret_arg, secret_value
 from tether.rewards import RewardOptions, combine, parse_weights, reward_source
-from tether.runner.rewards import Evaluator
+from tether.rewards.rank import GroupScorer
+from tether.rewards.sources import split_sources
+from tether.runner.rewards import Evaluator, RewardError
 
 
 def add_reward_args(parser: argparse.ArgumentParser) -> None:
@@ -20,7 +22,10 @@ def add_reward_args(parser: argparse.ArgumentParser) -> None:
         help="how rollouts are scored; give it more than once for several rewards. MODULE:FUNCTION or "
         "file.py:FUNCTION: an evaluator (task, output[, trace]) -> float or {name: float}, given the "
         "whole task, its 'reference' (the fields no agent sees) included. judge:RUBRIC.md: an LLM judge "
-        "at --judge-url grades each rollout against the rubric (reward 'judge', 0 to 1). http(s)://URL: "
+        "at --judge-url grades each rollout against the rubric (reward 'judge', 0 to 1). "
+        "judge-rank:RUBRIC.md (tether train): the judge scores each group's rollouts together, relative to "
+        "one another (reward 'judge_rank', the training reward; held-out rollouts are scored by the other "
+        "--reward sources). http(s)://URL: "
         'a reward-model server, POSTed {"task", "output", "calls"}, answering {"reward": X} or '
         '{"rewards": {NAME: X}}',
     )
@@ -52,14 +57,15 @@ def add_reward_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def evaluator_from_args(args: argparse.Namespace) -> Evaluator | None:
-    """The evaluator the options describe, or None without --reward; RewardError on a bad one."""
+def rewards_from_args(args: argparse.Namespace) -> tuple[Evaluator | None, GroupScorer | None]:
+    """The evaluator of each rollout the options describe, and the scorer of whole groups (only `tether
+    train` samples groups, and sets `rank_groups`), each None if not given; RewardError on a bad one."""
     specs: list[str] = args.reward or []
     weights = parse_weights(args.reward_weights) if args.reward_weights else None
     if weights and not specs:
         raise SystemExit("tether: --reward-weights needs --reward")
     if not specs:
-        return None
+        return None, None
     options = RewardOptions(
         judge_url=args.judge_url,
         judge_model=args.judge_model,
@@ -67,7 +73,20 @@ def evaluator_from_args(args: argparse.Namespace) -> Evaluator | None:
         timeout_s=args.reward_timeout,
         retries=args.reward_retries,
     )
-    return combine([reward_source(spec, options) for spec in specs], weights)
+    each, group = split_sources([reward_source(spec, options) for spec in specs])
+    if group is not None and not getattr(args, "rank_groups", False):
+        raise RewardError(
+            "--reward judge-rank:... ranks the rollouts of a group, which only tether train samples: "
+            "use judge:RUBRIC.md to grade each rollout"
+        )
+    if group is not None and weights and group.name in weights:
+        raise RewardError(
+            f"--reward-weights cannot name {group.name!r}: a group's ranking is its training reward on its "
+            "own; the weights combine the rewards of each rollout"
+        )
+    if weights and not each:
+        raise RewardError("--reward-weights combines the rewards of each rollout, and no --reward gives one")
+    return (combine(each, weights) if each else None), group
 
 
 def reward_setting(args: argparse.Namespace) -> Any:

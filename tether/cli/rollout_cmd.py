@@ -25,7 +25,7 @@ from tether.cli.common import (
     runner_pools,
     serving_policy,
 )
-from tether.cli.reward_args import add_reward_args, evaluator_from_args, reward_setting
+from tether.cli.reward_args import add_reward_args, reward_setting, rewards_from_args
 from tether.cli.sandbox_args import add_sandbox_args, sandbox_from_args
 from tether.cli.text import shown
 from tether.contracts import Meta
@@ -157,9 +157,10 @@ def load_inputs(args: argparse.Namespace) -> tuple[list[Task], Evaluator | None,
     """Everything that can be wrong with the user's files is found here, before anything runs."""
     try:
         tasks = load_tasks(args.tasks)
-        evaluator = evaluator_from_args(args)
-        check_reference_reader(evaluator, tasks)
-        sandbox = sandbox_from_args(args, evaluator)
+        evaluator, group_scorer = rewards_from_args(args)
+        if group_scorer is None:  # else the group's judge reads the whole task
+            check_reference_reader(evaluator, tasks)
+        sandbox = sandbox_from_args(args, evaluator, group_scorer)
         agent = CommandAgent(
             args.agent, cwd=args.agent_cwd, user=args.agent_user, sandbox=sandbox, warm=warm_starts(args)
         )

@@ -73,7 +73,9 @@ def add_sandbox_args(parser: argparse.ArgumentParser) -> None:
         group.add_argument(flag, type=int, default=None, metavar=metavar, help=f"{text}; 0: no limit")
 
 
-def sandbox_from_args(args: argparse.Namespace, evaluator: Callable[..., Any] | None) -> Sandbox | None:
+def sandbox_from_args(
+    args: argparse.Namespace, evaluator: Callable[..., Any] | None, *others: Any
+) -> Sandbox | None:
     """The sandbox the options ask for (None: none). Raises ValueError naming what is wrong."""
     if args.sandbox == "none":
         given = [flag for flag, dest in SANDBOX_ONLY if getattr(args, dest, None)]
@@ -88,7 +90,9 @@ def sandbox_from_args(args: argparse.Namespace, evaluator: Callable[..., Any] | 
     private = sorted(set(args.sandbox_env) & PRIVATE_VARIABLES)
     if private:
         raise ValueError(f"--sandbox-env {private[0]}: Tether's own settings and secrets never reach agents")
-    options = SandboxOptions(limits_from_args(args), tuple(args.sandbox_env), hidden_paths(args, evaluator))
+    options = SandboxOptions(
+        limits_from_args(args), tuple(args.sandbox_env), hidden_paths(args, evaluator, *others)
+    )
     return open_sandbox(args.sandbox, options)
 
 
@@ -104,16 +108,21 @@ def limits_from_args(args: argparse.Namespace) -> SandboxLimits:
     )
 
 
-def hidden_paths(args: argparse.Namespace, evaluator: Callable[..., Any] | None) -> tuple[str, ...]:
+def hidden_paths(
+    args: argparse.Namespace, evaluator: Callable[..., Any] | None, *others: Any
+) -> tuple[str, ...]:
     """What the agent must not see: the project (or its `.tether/` when the agent needs the rest), the
-    task files (their answers) and the evaluator's source, and what the user names."""
+    task files (their answers) and the sources of the evaluator and other reward sources (a ranking
+    judge's rubric), and what the user names."""
     needed = [*agent_files(args.agent), *python_environment()]
     if args.agent_cwd:
         needed.append(os.path.abspath(args.agent_cwd))
     project = Project.at(getattr(args, "project_dir", None))
     hide = [str(path) for path in project_hide(project.root, needed)]
     hide += [os.path.abspath(f) for f in (args.tasks, getattr(args, "val_tasks", None)) if f]
-    hide += [source for source in evaluator_files(evaluator) if source not in needed]
+    hide += [
+        source for part in (evaluator, *others) for source in evaluator_files(part) if source not in needed
+    ]
     return tuple([*hide, *(os.path.abspath(os.path.expanduser(p)) for p in args.sandbox_hide)])
 
 

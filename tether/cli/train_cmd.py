@@ -21,11 +21,12 @@ from tether.cli.common import (
 )
 from tether.cli.plot_cmd import plot
 from tether.cli.progress import held_out_score, step_progress
-from tether.cli.reward_args import reward_setting
+from tether.cli.reward_args import reward_setting, rewards_from_args
 from tether.cli.rollout_cmd import AGENT_REWARDS, add_runner_args, load_inputs
 from tether.contracts import ALGORITHMS, POLICY_UPSTREAM
 from tether.project import Project
 from tether.ray import session as ray_session
+from tether.rewards.rank import GroupScorer
 from tether.runner import RewardError, TaskFileError, load_tasks
 from tether.runner.rewards import check_reference_reader
 from tether.trainer.curriculum import add_curriculum_args, curriculum_config
@@ -155,7 +156,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_curriculum_args(parser)
     add_store_arg(parser)
     add_ray_args(parser, learner=True)
-    parser.set_defaults(command_main=run, n_workers=None)
+    parser.set_defaults(command_main=run, n_workers=None, rank_groups=True)
 
 
 def add_update_args(parser: argparse.ArgumentParser) -> None:
@@ -297,10 +298,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         val_tasks = load_tasks(args.val_tasks) if args.val_tasks else []
         check_reference_reader(evaluator, val_tasks)
+        group_scorer = _group_scorer(args, evaluator, bool(val_tasks))
     except (TaskFileError, RewardError) as exc:
         raise SystemExit(f"tether: {exc}") from None
     pools = runner_pools(args, "train", [*train_tasks, *val_tasks], agent)
-    if evaluator is None:
+    if evaluator is None and group_scorer is None:
         console.print("[yellow]no --reward: only rewards the agent reports itself will count[/]")
     try:
         policy = TrainConfig(
@@ -385,7 +387,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         with step_progress(console, config.total_steps) as show:
             trainer.on_step = show
-            result = _fit(trainer, agent, train_tasks, val_tasks, evaluator)
+            result = _fit(trainer, agent, train_tasks, val_tasks, evaluator, group_scorer=group_scorer)
     finally:  # replica actors stop their servers (a vLLM each) before the cluster goes
         if replicas is not None:
             replicas.close()
@@ -416,7 +418,22 @@ def _check_demonstrations(
     console.print(f"imitating {len(found)} successful rollouts of run {config.from_run}")
 
 
-def _fit(trainer: Trainer, *inputs: Any) -> FitResult:
+def _group_scorer(args: argparse.Namespace, evaluator: Any, validates: bool) -> GroupScorer | None:
+    """The --reward that ranks whole groups, if one does; RewardError where it cannot be used."""
+    scorer = rewards_from_args(args)[1]
+    if scorer is None:
+        return None
+    if args.algorithm == "sft":
+        raise RewardError("--algorithm sft imitates demonstrations: a ranking judge has no group to rank")
+    if validates and evaluator is None:
+        raise RewardError(
+            "a held-out rollout is scored alone, and judge-rank:... ranks groups: add a --reward that scores "
+            "each rollout (an evaluator, or judge:RUBRIC.md) for --val-tasks"
+        )
+    return scorer
+
+
+def _fit(trainer: Trainer, *inputs: Any, **options: Any) -> FitResult:
     """`trainer.fit`, with a policy server that cannot start, or a learner rank lost, reported in one
     line."""
     from tether.policy_server.vllm import VLLMError, VLLMSetupError
@@ -424,7 +441,7 @@ def _fit(trainer: Trainer, *inputs: Any) -> FitResult:
     from tether.trainer.learner import LearnerLost
 
     try:
-        return trainer.fit(*inputs)
+        return trainer.fit(*inputs, **options)
     except (VLLMSetupError, VLLMError, LearnerLost, CurriculumError) as exc:
         raise SystemExit(f"tether train: {exc}") from None
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,18 +92,101 @@ def parse_score(reply: str) -> float | None:
     return value if 0.0 <= value <= 1.0 else None
 
 
-@dataclass(frozen=True)
-class Judge:
-    """`judge(task, output, trace) -> Scored({"judge": x}, spans)`. Plain data, so it pickles to Ray workers;
-    each scoring opens its own HTTP client."""
+Parse = Callable[[str], Any]  # a reply -> its verdict, or None when it is out of format
 
-    rubric: str
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where a judge is asked, and how."""
+
     url: str  # the endpoint's base URL, ending in /v1
     model: str
     api_key: str = "none"
     timeout_s: float = 60.0
     retries: int = 2
     max_tokens: int = 256
+
+
+def ask_judge(
+    endpoint: Endpoint, messages: list[dict[str, str]], parse: Parse, expected: str
+) -> tuple[Any, list[Span]]:
+    """The judge's parsed verdict, asking up to `retries` more times while its answer is out of format or
+    the call fails; RewardError after the last try. Every call is a `judge.chat` span."""
+    spans: list[Span] = []
+    problems: list[str] = []
+    with httpx.Client(timeout=endpoint.timeout_s) as client:
+        for _ in range(endpoint.retries + 1):
+            verdict, problem = _ask(client, endpoint, messages, parse, expected, spans)
+            if verdict is not None:
+                return verdict, spans
+            problems.append(problem)
+            if problem.startswith("refused"):
+                break
+    raise RewardError(f"the judge gave no score after {len(problems)} tries: {problems[-1]}", spans)
+
+
+def _ask(
+    client: httpx.Client,
+    endpoint: Endpoint,
+    messages: list[dict[str, str]],
+    parse: Parse,
+    expected: str,
+    spans: list[Span],
+) -> tuple[Any, str]:
+    """One call: its verdict, or why there is none. Records the call's span."""
+    body = {
+        "model": endpoint.model,
+        "messages": messages,
+        "temperature": 0.0,
+        "max_tokens": endpoint.max_tokens,
+    }
+    started = time.time()
+    reply, verdict, problem = None, None, ""
+    try:
+        response = client.post(
+            f"{endpoint.url.rstrip('/')}/chat/completions",
+            json=body,
+            headers={"Authorization": f"Bearer {endpoint.api_key}"},
+        )
+        if response.status_code != 200:
+            verb = "answered" if response.status_code in RETRIED_STATUS else "refused"
+            problem = f"{verb} {response.status_code}: {response.text[:300]}"
+        else:
+            reply = str(response.json()["choices"][0]["message"].get("content") or "")
+            verdict = parse(reply)
+            if verdict is None:
+                problem = f"its answer has no {expected}: {reply[:500]!r}"
+    except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
+        problem = f"the call failed: {type(exc).__name__}: {exc}"
+    spans.append(
+        Span(
+            rollout_id="",
+            name=JUDGE_SPAN,
+            kind="client",
+            start_time=started,
+            end_time=time.time(),
+            status=SpanStatus.OK if verdict is not None else SpanStatus.ERROR,
+            status_message=problem or None,
+            attributes={
+                "model": endpoint.model,
+                "url": endpoint.url,
+                "request": body,
+                "reply": reply,
+                "score": verdict,
+            },
+            origin=Origin.JUDGE,
+        )
+    )
+    return verdict, problem
+
+
+@dataclass(frozen=True)
+class Judge:
+    """`judge(task, output, trace) -> Scored({"judge": x}, spans)`. Plain data, so it pickles to Ray workers;
+    each scoring opens its own HTTP client."""
+
+    rubric: str
+    endpoint: Endpoint
     rubric_file: str | None = None  # where the rubric came from, hidden from sandboxed agents
 
     def files(self) -> list[str]:
@@ -111,58 +194,7 @@ class Judge:
 
     def __call__(self, task: dict[str, Any], output: str | None, trace: list[Span]) -> Scored:
         messages = judge_messages(self.rubric, task, output, trace)
-        spans: list[Span] = []
-        problems: list[str] = []
-        with httpx.Client(timeout=self.timeout_s) as client:
-            for _ in range(self.retries + 1):
-                score, problem = self._ask(client, messages, spans)
-                if score is not None:
-                    return Scored({"judge": score}, spans)
-                problems.append(problem)
-                if problem.startswith("refused"):
-                    break
-        raise RewardError(f"the judge gave no score after {len(problems)} tries: {problems[-1]}", spans)
-
-    def _ask(
-        self, client: httpx.Client, messages: list[dict[str, str]], spans: list[Span]
-    ) -> tuple[float | None, str]:
-        """One call: its score, or why there is none. Records the call's span."""
-        body = {"model": self.model, "messages": messages, "temperature": 0.0, "max_tokens": self.max_tokens}
-        started = time.time()
-        reply, score, problem = None, None, ""
-        try:
-            response = client.post(
-                f"{self.url.rstrip('/')}/chat/completions",
-                json=body,
-                headers={"Authorization": f"Bearer {self.api_key}"},
-            )
-            if response.status_code != 200:
-                verb = "answered" if response.status_code in RETRIED_STATUS else "refused"
-                problem = f"{verb} {response.status_code}: {response.text[:300]}"
-            else:
-                reply = str(response.json()["choices"][0]["message"].get("content") or "")
-                score = parse_score(reply)
-                if score is None:
-                    problem = f"its answer has no last line 'SCORE: X' with X from 0 to 1: {reply[:500]!r}"
-        except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
-            problem = f"the call failed: {type(exc).__name__}: {exc}"
-        spans.append(
-            Span(
-                rollout_id="",
-                name=JUDGE_SPAN,
-                kind="client",
-                start_time=started,
-                end_time=time.time(),
-                status=SpanStatus.OK if score is not None else SpanStatus.ERROR,
-                status_message=problem or None,
-                attributes={
-                    "model": self.model,
-                    "url": self.url,
-                    "request": body,
-                    "reply": reply,
-                    "score": score,
-                },
-                origin=Origin.JUDGE,
-            )
+        score, spans = ask_judge(
+            self.endpoint, messages, parse_score, "last line 'SCORE: X' with X from 0 to 1"
         )
-        return score, problem
+        return Scored({"judge": score}, spans)

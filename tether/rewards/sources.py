@@ -1,6 +1,8 @@
 """Where rewards come from: `--reward SPEC`, given once or more.
 
 A SPEC is one of the registered kinds (`register`): `judge:RUBRIC.md` (an LLM judge, `judge.py`),
+`judge-rank:RUBRIC.md` (a judge ranking each group of rollouts together, `rank.py`: a `GroupScorer`,
+which the trainer applies once a group is done),
 `http://...` or `https://...` (a reward-model server, `remote.py`), else a Python evaluator,
 `module:function` or `path/to/file.py:function` (`tether.runner.rewards.load_callable`). Every source is
 an evaluator to the runner, `(task, output, trace) -> number | {name: number} | Scored`, scored in the
@@ -19,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from tether.registry import Registry
-from tether.rewards.judge import Judge
+from tether.rewards.judge import Endpoint, Judge
+from tether.rewards.rank import GroupJudge, GroupScorer
 from tether.rewards.remote import RemoteReward
 from tether.runner.rewards import Evaluator, RewardError, Scored, call_evaluator, load_callable
 from tether.store.models import Span
@@ -36,7 +39,8 @@ class RewardOptions:
     retries: int = 2
 
 
-SourceKind = Callable[[str, RewardOptions], Evaluator]  # (the SPEC after "KIND:", options) -> evaluator
+# (the SPEC after "KIND:", options) -> an evaluator of each rollout, or a scorer of a whole group
+SourceKind = Callable[[str, RewardOptions], "Evaluator | GroupScorer"]
 SOURCE_KINDS: Registry[SourceKind] = Registry("reward source")
 
 
@@ -44,24 +48,30 @@ def register(kind: str, make: SourceKind) -> None:
     SOURCE_KINDS.register(kind, make)
 
 
-def _judge(rubric_file: str, options: RewardOptions) -> Evaluator:
+def _rubric(kind: str, rubric_file: str, options: RewardOptions) -> tuple[str, Endpoint, str]:
+    """A judge's rubric, endpoint and rubric file's absolute path, each checked."""
     path = Path(rubric_file)
     if not path.is_file():
-        raise RewardError(f"judge: no rubric file {rubric_file!r} (--reward judge:RUBRIC.md)")
+        raise RewardError(f"{kind}: no rubric file {rubric_file!r} (--reward {kind}:RUBRIC.md)")
     if not options.judge_url:
-        raise RewardError("--reward judge:... needs --judge-url URL, an OpenAI-compatible endpoint's /v1")
+        raise RewardError(f"--reward {kind}:... needs --judge-url URL, an OpenAI-compatible endpoint's /v1")
     rubric = path.read_text()
     if not rubric.strip():
-        raise RewardError(f"judge: the rubric file {rubric_file!r} is empty")
-    return Judge(
-        rubric,
-        options.judge_url,
-        options.judge_model,
-        options.judge_key,
-        options.timeout_s,
-        options.retries,
-        rubric_file=str(path.resolve()),
+        raise RewardError(f"{kind}: the rubric file {rubric_file!r} is empty")
+    endpoint = Endpoint(
+        options.judge_url, options.judge_model, options.judge_key, options.timeout_s, options.retries
     )
+    return rubric, endpoint, str(path.resolve())
+
+
+def _judge(rubric_file: str, options: RewardOptions) -> Evaluator:
+    rubric, endpoint, path = _rubric("judge", rubric_file, options)
+    return Judge(rubric, endpoint, rubric_file=path)
+
+
+def _judge_rank(rubric_file: str, options: RewardOptions) -> GroupScorer:
+    rubric, endpoint, path = _rubric("judge-rank", rubric_file, options)
+    return GroupJudge(rubric, endpoint, rubric_file=path)
 
 
 def _remote(url: str, options: RewardOptions) -> Evaluator:
@@ -69,11 +79,12 @@ def _remote(url: str, options: RewardOptions) -> Evaluator:
 
 
 register("judge", _judge)
+register("judge-rank", _judge_rank)
 register("http", lambda rest, options: _remote(f"http:{rest}", options))
 register("https", lambda rest, options: _remote(f"https:{rest}", options))
 
 
-def reward_source(spec: str, options: RewardOptions | None = None) -> Evaluator:
+def reward_source(spec: str, options: RewardOptions | None = None) -> Evaluator | GroupScorer:
     kind, sep, rest = spec.partition(":")
     make = SOURCE_KINDS.find(kind) if sep else None
     if make is not None:
@@ -137,6 +148,14 @@ class Combined:
 def _name(part: Evaluator) -> str:
     """A source's reward name when it gives a bare number: its function's name."""
     return str(getattr(part, "__name__", type(part).__name__.lower()))
+
+
+def split_sources(sources: Sequence[Evaluator | GroupScorer]) -> tuple[list[Evaluator], GroupScorer | None]:
+    """Evaluators of each rollout, and the one scorer of whole groups among them, if any."""
+    groups = [s for s in sources if isinstance(s, GroupScorer)]
+    if len(groups) > 1:
+        raise RewardError("at most one --reward may rank whole groups (judge-rank:...)")
+    return [s for s in sources if not isinstance(s, GroupScorer)], (groups[0] if groups else None)
 
 
 def combine(parts: Sequence[Evaluator], weights: dict[str, float] | None) -> Evaluator:

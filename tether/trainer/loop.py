@@ -41,6 +41,7 @@ from tether.engines.chat_template import ChatTemplate
 from tether.gateway import HTTPUpstream, HTTPUpstreamConfig
 from tether.gateway.upstreams import Upstream
 from tether.policy_server import PolicyServer, PolicyServerOptions, PolicyWeights, open_policy_server
+from tether.rewards.rank import GroupScorer
 from tether.runner import AIRRules, Runner, RunnerConfig
 from tether.runner.agents import Agent
 from tether.runner.driver import RolloutOutcome
@@ -55,6 +56,7 @@ from tether.trainer.curriculum import Curriculum, CurriculumConfig, CurriculumEx
 from tether.trainer.cursor import TaskCursor
 from tether.trainer.learner import Learner, TrainingDiverged, open_learner
 from tether.trainer.metrics import MetricsLog
+from tether.trainer.ranking import rank_groups
 from tether.trainer.stages import agent_cpu_seconds, stage_stats
 from tether.trainer.staleness import fresh_transitions
 
@@ -219,6 +221,7 @@ class Trainer:
         val_tasks: Sequence[Task] = (),
         evaluator: Evaluator | None = None,
         resume: bool = False,
+        group_scorer: GroupScorer | None = None,
     ) -> FitResult:
         if not train_tasks:
             raise ValueError("no training tasks")
@@ -252,7 +255,9 @@ class Trainer:
                     run=None if self.run is None else self.run.name,
                     pools=self.pools,
                 )
-                session = _Session(self, server, learner, runner, stack.url, train_tasks, val_tasks)
+                session = _Session(
+                    self, server, learner, runner, stack.url, train_tasks, val_tasks, group_scorer
+                )
                 return asyncio.run(session.run(resume))
         finally:
             for opened_server in opened:
@@ -306,6 +311,7 @@ class _Session:
     url: str
     train_tasks: Sequence[Task]
     val_tasks: Sequence[Task]
+    group_scorer: GroupScorer | None = None  # scores each group's rollouts together (a ranking judge)
     cursor: Curriculum = field(init=False)
     # Demonstration transitions, one list per rollout, and the cursor that walks them.
     demonstrations: TaskCursor[list[Transition]] = field(init=False)
@@ -381,6 +387,9 @@ class _Session:
         started, cpu_before = time.monotonic(), agent_cpu_seconds()
         outcomes = await self.runner.run(requests)
         agent_cpu = agent_cpu_seconds() - cpu_before
+        ranked = None
+        if self.group_scorer is not None:
+            ranked = await rank_groups(self.trainer.store, self.group_scorer, requests, outcomes)
         report = await asyncio.to_thread(
             build_transitions,
             self.trainer.store,
@@ -390,6 +399,9 @@ class _Session:
             exclude_agents=tuple(self.config.fixed_agents),
         )
         rewards = [o.reward if o.reward is not None else 0.0 for o in outcomes]
+        if ranked is not None:
+            report.transitions = [t for t in report.transitions if t.rollout_id not in ranked.left_out]
+            rewards = [ranked.rewards[o.rollout_id] for o in outcomes if o.rollout_id in ranked.rewards]
         seconds = time.monotonic() - started
         stats = {
             "reward_mean": statistics.fmean(rewards) if rewards else 0.0,
@@ -409,6 +421,9 @@ class _Session:
             **await asyncio.to_thread(stage_stats, self.trainer.store, [o.rollout_id for o in outcomes]),
         }
         stats["idle_seconds"] = max(seconds - stats["generation_seconds"], 0.0)
+        if ranked is not None:
+            stats["rank_failed_groups"] = ranked.failed_groups
+            stats["rank_left_out_rollouts"] = len(ranked.left_out)
         if self.trainer.pools in (None, WorkerPool):  # the agents ran in this process's workers
             stats["agent_cpu_seconds"] = agent_cpu
         return report.transitions, stats
