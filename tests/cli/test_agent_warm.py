@@ -4,6 +4,7 @@ agent on the `openai` client, every call recorded; only the start differs (the a
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -47,6 +48,21 @@ def test_a_warm_run_records_what_a_cold_run_does(tmp_path: Path, upstream: str) 
     warm = rollout(tmp_path / "warm", upstream, "--agent-warm")
     assert cold == [(f"cold question {i}", 1) for i in range(6)]
     assert warm == [(f"warm question {i}", 1) for i in range(6)]
+    assert zygotes() == []  # the command stopped its warm interpreters as it ended
+
+
+def zygotes() -> list[int]:
+    """This process's children that are warm interpreters, running."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            cmdline = (entry / "cmdline").read_bytes()
+        except (OSError, IndexError):
+            continue
+        if int(stat[1]) == os.getpid() and stat[0] != "Z" and b"zygote.py" in cmdline:
+            found.append(int(entry.name))
+    return found
 
 
 def test_agent_preload_without_agent_warm_is_refused(tmp_path: Path, upstream: str) -> None:

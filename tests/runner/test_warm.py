@@ -96,6 +96,14 @@ def test_after_the_first_run_the_warm_interpreter_also_holds_its_lazy_imports(wa
     assert len(warm.retired) == 1 and warm.zygotes[PYTHON].learned
 
 
+def test_learned_imports_load_packages_before_their_private_accelerators(warm: WarmStarts) -> None:
+    """Sorted, `_asyncio` comes before `asyncio`; imported first, it leaves asyncio with two registries of
+    current tasks, and every library that asks for the running task (sniffio: httpx, openai) fails."""
+    agent = CommandAgent(f"{PYTHON} {AGENTS / 'asyncio_agent.py'}", warm=warm)
+    assert [run(agent).output for _ in range(3)] == ["True"] * 3
+    assert warm.zygotes[PYTHON].learned and "_asyncio" in warm.zygotes[PYTHON].modules
+
+
 def test_each_warm_child_draws_its_own_random_numbers(warm: WarmStarts) -> None:
     agent = CommandAgent(probe("report"), warm=warm)
     draws = {json.loads(run(agent).output or "{}")["random"] for _ in range(3)}

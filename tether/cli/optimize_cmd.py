@@ -232,6 +232,7 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"tether optimize-prompt: {exc}") from None
     finally:
         store.close()
+        inputs.agent.close()
     _report(result, args, time.monotonic() - started)
     return 0
 

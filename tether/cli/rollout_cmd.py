@@ -296,6 +296,7 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"run {record.name}: `tether store rollouts --run {record.name}` lists its rollouts")
     finally:
         store.close()
+        agent.close()
     return 0 if any(o.status.value == "succeeded" for o in outcomes) else 1
 
 

@@ -389,6 +389,7 @@ def run(args: argparse.Namespace) -> int:
             trainer.on_step = show
             result = _fit(trainer, agent, train_tasks, val_tasks, evaluator, group_scorer=group_scorer)
     finally:  # replica actors stop their servers (a vLLM each) before the cluster goes
+        agent.close()
         if replicas is not None:
             replicas.close()
     store.close()

@@ -140,6 +140,11 @@ class CommandAgent:
             warm = None
         self.warm = warm
 
+    def close(self) -> None:
+        """Stop the warm interpreters (they also end with Tether's process, whose pipe they read)."""
+        if self.warm is not None:
+            self.warm.close()
+
     def argv(self, task: dict[str, Any]) -> list[str]:
         fields = {key: value if isinstance(value, str) else str(value) for key, value in task.items()}
         try:

@@ -40,9 +40,12 @@ MAX_REQUEST_BYTES = 4 * 1024 * 1024
 
 
 def preload(names: list[str], script_dir: str) -> list[str]:
-    """Import each module that lives outside the agent's own folder; return those imported."""
+    """Import each module that lives outside the agent's own folder; return those imported. Public
+    modules go first: a private C accelerator imported before its package (`_asyncio` before `asyncio`,
+    as a sorted list has them) leaves the package half-wired (asyncio then keeps two registries of
+    running tasks, and `asyncio.current_task()` is None inside a task)."""
     loaded = []
-    for name in names:
+    for name in sorted(names, key=lambda name: name.startswith("_")):
         spec = _find(name)
         if spec is None or _inside(spec.origin, script_dir):
             continue  # the agent's own modules are imported by each run, as a cold start does
