@@ -171,7 +171,8 @@ class BwrapSandbox:
         """Run `argv` in a sandbox laid out as an agent's; None when it ran, else bwrap's last line."""
         with tempfile.TemporaryDirectory(prefix="tether-sandbox-check-") as folder:
             _own(folder, identity)
-            layout = Layout(scratch=_mkdir(folder, "scratch"), relay_dir=_mkdir(folder, "relay"))
+            files, kept = _kept_visible(_named_paths([ready.python] if ready.python else [], None), ())
+            layout = Layout(_mkdir(folder, "scratch"), _mkdir(folder, "relay"), files=files, kept=kept)
             _prepare_relay_dir(layout.relay_dir, identity)
             _own(layout.scratch, identity)
             inner = self._inner(ready, layout, argv, None) if relay else argv
@@ -209,7 +210,7 @@ class BwrapSandbox:
                 server = await sandbox_relay.serve_socket(socket_path, target[0], target[1])
                 _own(socket_path, command.identity)
             try:
-                layout = self._layout(command, relay_dir)
+                layout = self._layout(command, relay_dir, ready.python)
                 inner = self._inner(ready, layout, command.argv, inner_port if server else None)
                 yield replace(
                     command,
@@ -222,13 +223,10 @@ class BwrapSandbox:
                     with contextlib.suppress(Exception):
                         await asyncio.wait_for(server.wait_closed(), 5)
 
-    def _layout(self, command: Command, relay_dir: str) -> Layout:
+    def _layout(self, command: Command, relay_dir: str, relay_python: str) -> Layout:
         hide = tuple(_existing(self.options.hide))
-        shared = _shared_dirs()
-        named = _named_paths(command.argv, {**command.inherited, **command.env}.get("PATH"))
-        visible = [p for p in named if _under(p, shared) and not _under(p, hide)]
-        kept = tuple(dict.fromkeys(v for p in visible if (v := _venv_root(p)) and not _under(v, hide)))
-        files = tuple(p for p in visible if os.path.isfile(p) and not _under(p, kept))
+        named = _named_paths([*command.argv, relay_python], {**command.inherited, **command.env}.get("PATH"))
+        files, kept = _kept_visible(named, hide)
         return Layout(os.path.realpath(command.cwd), relay_dir, hide, files, kept)
 
     def _inner(self, ready: Ready, layout: Layout, argv: Sequence[str], port: int | None) -> list[str]:
@@ -366,6 +364,14 @@ def _named_paths(argv: Sequence[str], path_env: str | None) -> list[str]:
     program = shutil.which(argv[0], path=path_env) if argv and not os.path.isabs(argv[0]) else None
     found = [os.path.abspath(p) for p in [*([program] if program else []), *named] if os.path.exists(p)]
     return list(dict.fromkeys(q for p in found for q in (p, os.path.realpath(p))))
+
+
+def _kept_visible(named: Sequence[str], hide: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Of the paths a command names, those under the emptied directories that stay visible: files, and
+    the whole virtual environments their interpreters belong to."""
+    visible = [p for p in named if _under(p, _shared_dirs()) and not _under(p, hide)]
+    kept = tuple(dict.fromkeys(v for p in visible if (v := _venv_root(p)) and not _under(v, hide)))
+    return tuple(p for p in visible if os.path.isfile(p) and not _under(p, kept)), kept
 
 
 def _venv_root(path: str) -> str | None:
