@@ -119,7 +119,8 @@ RUN_RESOURCE_KIND: Final = "run"
 # -- training -----------------------------------------------------------------------------------------
 
 ADVANTAGE_METHODS: Final = ("grpo", "drgrpo", "rloo")
-ALGORITHMS: Final = (*ADVANTAGE_METHODS, "sft")
+DISTILLATION: Final = "opd"  # on-policy distillation from a teacher (`tether.algorithms.distill`)
+ALGORITHMS: Final = (*ADVANTAGE_METHODS, "sft", DISTILLATION)
 PROMPT_ALGORITHMS: Final = ("apo", "pareto")
 
 # -- secrets from the environment (never Tether's command line: docs/security.md) --------------------
@@ -127,6 +128,7 @@ PROMPT_ALGORITHMS: Final = ("apo", "pareto")
 UPSTREAM_KEY_ENV: Final = "TETHER_UPSTREAM_KEY"  # the API key for --upstream (or --upstream-key-file)
 OPTIMIZER_KEY_ENV: Final = "TETHER_OPTIMIZER_KEY"  # for --optimizer-endpoint (or --optimizer-key-file)
 JUDGE_KEY_ENV: Final = "TETHER_JUDGE_KEY"  # for --judge-url (or --judge-key-file)
+TEACHER_KEY_ENV: Final = "TETHER_TEACHER_KEY"  # for --teacher (or --teacher-key-file)
 # PostgreSQL's client (libpq, under psycopg) reads a store's password from these.
 POSTGRES_PASSWORD_ENV: Final = ("PGPASSWORD", "PGPASSFILE")
 # Every variable that carries (or points at) a secret of the operator's; an agent never inherits one.
@@ -134,6 +136,7 @@ SECRET_ENV: Final = (
     UPSTREAM_KEY_ENV,
     OPTIMIZER_KEY_ENV,
     JUDGE_KEY_ENV,
+    TEACHER_KEY_ENV,
     *POSTGRES_PASSWORD_ENV,
     "WANDB_API_KEY",
 )

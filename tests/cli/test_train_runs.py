@@ -134,3 +134,20 @@ def test_a_train_run_killed_mid_step_and_run_again_loses_no_call(tmp_path: Path)
     assert len({trace for trace, _ in ids}) == len({span for _, span in ids}) == len(ids)
     (run_dir,) = (tmp_path / ".tether" / "runs").iterdir()
     assert train_steps(run_dir)[-1] == 2
+
+
+def test_a_step_that_meets_a_task_twice_runs_two_groups_of_it(tmp_path: Path) -> None:
+    """3 tasks, 2 per step: the second step wraps around the list and may take a task the shuffled next
+    epoch starts with; 5 per step always takes some twice. Each copy is its own group with its own keys
+    (before, the second copy's rollouts collided with the first's in the store)."""
+    args = train_args(tmp_path, steps=3)
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("".join(json.dumps({"id": f"t{i}", "q": f"q{i}", "sleep": 0}) + "\n" for i in range(3)))
+    per_step = args.index("--tasks-per-step") + 1
+    args[per_step] = "5"
+    assert main(args) == 0
+    store = SQLiteStore(tmp_path / ".tether" / "store.db")
+    rollouts = store.list_rollouts(limit=100)
+    assert len(rollouts) == 3 * 5 * 2
+    groups = {r.group_id for r in rollouts}
+    assert len(groups) == 15 and any("~1@" in g for g in groups)

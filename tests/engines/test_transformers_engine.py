@@ -88,6 +88,32 @@ async def test_sampled_logprobs_are_policy_logprobs(engine: TransformersEngine, 
     assert other.token_ids != generation.token_ids
 
 
+async def test_score_gives_each_tokens_logprob_under_the_raw_distribution(
+    engine: TransformersEngine, reference_model
+) -> None:
+    """What a distillation teacher answers: for a text the engine itself sampled at temperature 1, the
+    scores of the sampled tokens are the logprobs it recorded while drawing them."""
+    prompt = prompt_of(engine, "Score me.")
+    generation, _ = await engine.generate(prompt, SamplingParams(max_tokens=16, temperature=1.0, seed=3))
+    ids = prompt + generation.token_ids
+    scores = await engine.score(ids)
+    assert len(scores) == len(ids) - 1
+    assert_close(scores[len(prompt) - 1 :], generation.logprobs)
+    assert_close(scores, reference_logprobs(reference_model, ids[:1], ids[1:]))
+
+
+async def test_score_waits_for_a_running_batch_and_leaves_it_intact(engine: TransformersEngine) -> None:
+    prompt = prompt_of(engine, "run while scored")
+    params = SamplingParams(max_tokens=60, temperature=0)
+    alone, _ = await engine.generate(prompt, params)
+    running = asyncio.ensure_future(engine.generate(prompt, params))
+    await asyncio.sleep(0.05)
+    scores = await engine.score(prompt + alone.token_ids)
+    together, _ = await running
+    assert together.token_ids == alone.token_ids
+    assert_close(scores[len(prompt) - 1 :], alone.logprobs)
+
+
 async def test_max_tokens_gives_length(engine: TransformersEngine) -> None:
     prompt = prompt_of(engine, "count")
     for n in (1, 5, 17):  # greedy, this prompt meets no EOS within 17 tokens

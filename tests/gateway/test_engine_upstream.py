@@ -112,6 +112,45 @@ def test_token_in_token_out_completions(engine_rig: GatewayRig, tiny_engine) -> 
     assert reply.choices[0].finish_reason in ("length", "stop")
 
 
+def test_prompt_logprobs_answer_each_prompt_tokens_own_logprob(engine_rig: GatewayRig, tiny_engine) -> None:  # noqa: ANN001
+    """vLLM's prompt_logprobs, as a distillation teacher is asked: None first, then per position the
+    logprob of the token there, keyed by its id, the same numbers a forward pass gives."""
+    _, base_url, key = engine_rig.session()
+    prompt_ids = tiny_engine.encode("Once upon a time there was a teacher")
+    reply = client(base_url, key).completions.create(
+        model="teacher", prompt=prompt_ids, max_tokens=1, extra_body={"prompt_logprobs": 0}
+    )
+    entries = reply.choices[0].model_extra["prompt_logprobs"]
+    assert len(entries) == len(prompt_ids) and entries[0] is None
+    values = [entry[str(token)]["logprob"] for entry, token in zip(entries[1:], prompt_ids[1:], strict=True)]
+    expected = forward_logprobs(tiny_engine, prompt_ids[:1], prompt_ids[1:])
+    assert max(abs(a - b) for a, b in zip(values, expected, strict=True)) < 1e-4
+    decoded = [
+        entry[str(token)]["decoded_token"] for entry, token in zip(entries[1:], prompt_ids[1:], strict=True)
+    ]
+    assert decoded == [tiny_engine.decode([token]) for token in prompt_ids[1:]]
+
+
+@pytest.mark.parametrize(
+    "route, extra",
+    [("completions", {"prompt_logprobs": 3}), ("completions", {"prompt_logprobs": True}), ("chat", {})],
+)
+def test_prompt_logprobs_the_engine_cannot_answer_are_a_clear_400(
+    engine_rig: GatewayRig, route: str, extra: dict
+) -> None:
+    _, base_url, key = engine_rig.session()
+    with pytest.raises(openai.BadRequestError) as raised:
+        if route == "chat":
+            client(base_url, key).chat.completions.create(
+                model="policy", messages=MESSAGES, max_tokens=2, extra_body={"prompt_logprobs": 0}
+            )
+        else:
+            client(base_url, key).completions.create(
+                model="policy", prompt="hi", max_tokens=2, extra_body=extra
+            )
+    assert "prompt_logprobs" in raised.value.message
+
+
 def test_prompt_longer_than_context_is_a_clear_400(engine_rig: GatewayRig, tiny_engine) -> None:  # noqa: ANN001
     _, base_url, key = engine_rig.session()
     too_long = [tiny_engine.encode("hello")[0]] * (tiny_engine.max_context + 5)

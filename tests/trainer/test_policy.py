@@ -10,6 +10,7 @@ import torch
 
 from tether.adapters.transitions import Transition
 from tether.algorithms import Sample, assign_advantages
+from tether.algorithms.advantages import AdvantageBatch, AdvantageReport
 from tether.engines.catalog import TINY_RANDOM, resolve_model
 from tether.trainer import PolicyTrainer, TrainConfig, TrainingDiverged
 from tether.trainer.policy import plan_micro_batches, policy_loss
@@ -296,3 +297,30 @@ def test_full_fine_tuning_saves_a_servable_model(tiny_path: Path, tmp_path: Path
         logits = model(input_ids=torch.tensor([PROMPT + GOOD])).logits[0].float()
     expected = torch.log_softmax(logits, -1)[len(PROMPT) - 1 : -1].gather(1, torch.tensor(GOOD)[:, None])
     assert trainer.logprobs([items[0]])[0] == pytest.approx(expected.squeeze(1).tolist(), abs=1e-4)
+
+
+def test_per_token_advantages_push_each_token_its_own_way(tiny_path: Path) -> None:
+    """On-policy distillation's samples carry one advantage per token: with +1 on the first two tokens
+    and -1 on the last two of one response, a step raises the first pair's logprobs and lowers the third
+    (the fourth, an end token, shares too many parameters with the others to move alone in one step of
+    a random model); their mean, 0, broadcast over the row would move nothing."""
+    trainer = PolicyTrainer(config(tiny_path, lr=1e-3, bf16=False))
+    item = make("a", GOOD, 0.0)
+    record_own_logprobs(trainer, [item])
+    before = trainer.logprobs([item])[0]
+    sample = Sample(transition=item, advantage=0.0, token_advantages=[1.0, 1.0, -1.0, -1.0])
+    batch = AdvantageBatch(samples=[sample], report=AdvantageReport("opd", 0.0, False))
+    trainer.step(batch)
+    after = trainer.logprobs([item])[0]
+    moved = [a - b for a, b in zip(after, before, strict=True)]
+    assert moved[0] > 0 and moved[1] > 0 and moved[2] < 0, moved
+    assert moved[0] + moved[1] - moved[2] - moved[3] > 1.0, moved
+
+
+def test_token_advantages_of_the_wrong_length_are_refused(tiny_path: Path) -> None:
+    trainer = PolicyTrainer(config(tiny_path, bf16=False))
+    item = make("a", GOOD, 0.0)
+    record_own_logprobs(trainer, [item])
+    sample = Sample(transition=item, advantage=0.0, token_advantages=[1.0])
+    with pytest.raises(ValueError, match="1 token advantages for a response of 4 tokens"):
+        trainer.step(AdvantageBatch(samples=[sample], report=AdvantageReport("opd", 0.0, False)))

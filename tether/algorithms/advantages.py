@@ -58,6 +58,14 @@ class Sample:
     transition: Transition
     advantage: float
     weight: float = 1.0
+    # One advantage per response token, when they differ along the response (on-policy distillation's
+    # per-token signal); `advantage` is then their mean over the trained tokens, for reports.
+    token_advantages: list[float] | None = None
+
+    @property
+    def advantages(self) -> float | list[float]:
+        """What the learner scales each token's surrogate by: one value, or one per response token."""
+        return self.advantage if self.token_advantages is None else self.token_advantages
 
     @property
     def rollout_id(self) -> str:

@@ -164,6 +164,8 @@ def serving_policy(
     args: argparse.Namespace, console: Console, log_dir: Path | None = None
 ) -> Iterator[Upstream]:
     """The policy's upstream for a command: vLLM (managed or external), --upstream, or the built-in engine."""
+    if getattr(args, "adapter", None) is not None and (engine_kind(args) == "vllm" or args.upstream):
+        raise SystemExit("tether: --adapter is loaded by the built-in engine: drop --upstream/--engine vllm")
     if engine_kind(args) == "vllm":
         if args.upstream:
             raise SystemExit("tether: --upstream and --engine vllm/--policy-server exclude each other")
@@ -184,7 +186,26 @@ def policy_upstream(args: argparse.Namespace, console: Console) -> EngineUpstrea
                 request_token_ids=args.upstream_token_ids,
             )
         )
-    return EngineUpstream(load_engine(args.model, args.max_batch_size, console), name=POLICY_UPSTREAM)
+    engine = load_engine(args.model, args.max_batch_size, console)
+    adapter = getattr(args, "adapter", None)
+    if adapter is not None:
+        _load_served_adapter(engine, Path(adapter), console)
+    return EngineUpstream(engine, name=POLICY_UPSTREAM)
+
+
+def _load_served_adapter(engine: TransformersEngine, adapter: Path, console: Console) -> None:
+    """`tether serve --adapter DIR`: the built-in engine serves the model with this LoRA adapter."""
+    if not (adapter / "adapter_config.json").is_file():
+        engine.close()
+        raise SystemExit(f"tether serve: --adapter {adapter}: no LoRA adapter there (no adapter_config.json)")
+    try:
+        engine.load_adapter(str(adapter))
+    except (ValueError, RuntimeError, OSError) as exc:
+        engine.close()
+        raise SystemExit(
+            f"tether serve: --adapter {adapter}: cannot load it onto {engine.name}: {exc}"
+        ) from None
+    console.print(f"[green]adapter[/] {adapter} loaded")
 
 
 # -- the store and the run ----------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
-from tether.contracts import JUDGE_KEY_ENV, OPTIMIZER_KEY_ENV, UPSTREAM_KEY_ENV
+from tether.contracts import JUDGE_KEY_ENV, OPTIMIZER_KEY_ENV, TEACHER_KEY_ENV, UPSTREAM_KEY_ENV
 from tether.store.backends import STORE_ENV, TOKEN_ENV
 
 WHY = "where every process on this machine can read it (/proc/PID/cmdline)"
@@ -51,6 +51,7 @@ class SecretOption:
 UPSTREAM_KEY = SecretOption("--upstream-key", UPSTREAM_KEY_ENV, "the API key for --upstream")
 OPTIMIZER_KEY = SecretOption("--optimizer-key", OPTIMIZER_KEY_ENV, "the API key for --optimizer-endpoint")
 JUDGE_KEY = SecretOption("--judge-key", JUDGE_KEY_ENV, "the API key for --judge-url")
+TEACHER_KEY = SecretOption("--teacher-key", TEACHER_KEY_ENV, "the API key for --teacher")
 # Not --token-file: `tether store migrate --to` would then be an ambiguous abbreviation.
 STORE_TOKEN = SecretOption("--token", TOKEN_ENV, "the admin token of an http(s) store", "--admin-token-file")
 
@@ -62,6 +63,7 @@ URL_FIXES = {
     "--upstream": f"drop it from the URL: {UPSTREAM_KEY.fix()}",
     "--optimizer-endpoint": f"drop it from the URL: {OPTIMIZER_KEY.fix()}",
     "--judge-url": f"drop it from the URL: {JUDGE_KEY.fix()}",
+    "--teacher": f"drop it from the URL: {TEACHER_KEY.fix()}",
 }
 DEFAULT_FIX = "give the URL without its credentials"
 VLLM_FIX = "vLLM reads its API key from VLLM_API_KEY in the environment"

@@ -47,6 +47,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     add_policy_args(parser)
     parser.add_argument(
+        "--adapter",
+        metavar="DIR",
+        default=None,
+        help="built-in engine: serve --model with this LoRA adapter (a run's policies/vN or checkpoint/"
+        "policy folder), e.g. as the teacher of `tether train --algorithm opd`",
+    )
+    parser.add_argument(
         "--route",
         action="append",
         default=[],

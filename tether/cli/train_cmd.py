@@ -23,6 +23,7 @@ from tether.cli.plot_cmd import plot
 from tether.cli.progress import held_out_score, step_progress
 from tether.cli.reward_args import reward_setting, rewards_from_args
 from tether.cli.rollout_cmd import AGENT_REWARDS, add_runner_args, load_inputs
+from tether.cli.secrets import TEACHER_KEY, add_secret_arg, secret_value
 from tether.contracts import ALGORITHMS, POLICY_UPSTREAM
 from tether.project import Project
 from tether.ray import session as ray_session
@@ -59,7 +60,25 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--model", default="smollm2-135m", help="smollm2-135m, tiny-random or a local HF folder"
     )
-    parser.add_argument("--algorithm", default="grpo", choices=list(ALGORITHMS))
+    parser.add_argument(
+        "--algorithm",
+        default="grpo",
+        choices=list(ALGORITHMS),
+        help="grpo, drgrpo, rloo: group-relative RL on the rewards; sft: imitate --from-run; opd: on-policy "
+        "distillation, every sampled token scored by --teacher (the per-token reverse KL is its advantage, "
+        "no reward needed; groups of one work)",
+    )
+    parser.add_argument(
+        "--teacher",
+        metavar="URL",
+        default=None,
+        help="opd: the teacher's OpenAI-compatible base URL (ending in /v1) that answers prompt_logprobs: "
+        "vLLM, or `tether serve --model M [--adapter DIR]`; it must share the student's tokenizer",
+    )
+    parser.add_argument(
+        "--teacher-model", metavar="NAME", default="teacher", help="opd: the model name to ask for"
+    )
+    add_secret_arg(parser, TEACHER_KEY)
     parser.add_argument("--steps", type=int, default=20, help="policy updates")
     parser.add_argument(
         "--from-run",
@@ -352,6 +371,7 @@ def run(args: argparse.Namespace) -> int:
             min_signal_groups=args.min_signal_groups,
             max_groups_per_step=args.max_groups_per_step,
             curriculum=curriculum_config(args),
+            teacher=_teacher(args),
         )
     except ValueError as exc:
         raise SystemExit(f"tether train: {exc}") from None
@@ -434,16 +454,28 @@ def _group_scorer(args: argparse.Namespace, evaluator: Any, validates: bool) -> 
     return scorer
 
 
+def _teacher(args: argparse.Namespace) -> Any:
+    """--teacher as the distillation teacher, or None."""
+    from tether.trainer.distill import Teacher
+
+    if args.teacher is None:
+        return None
+    return Teacher(
+        url=args.teacher, model=args.teacher_model, api_key=secret_value(args, TEACHER_KEY) or "none"
+    )
+
+
 def _fit(trainer: Trainer, *inputs: Any, **options: Any) -> FitResult:
     """`trainer.fit`, with a policy server that cannot start, or a learner rank lost, reported in one
     line."""
     from tether.policy_server.vllm import VLLMError, VLLMSetupError
     from tether.trainer.curriculum import CurriculumError
+    from tether.trainer.distill import TeacherError
     from tether.trainer.learner import LearnerLost
 
     try:
         return trainer.fit(*inputs, **options)
-    except (VLLMSetupError, VLLMError, LearnerLost, CurriculumError) as exc:
+    except (VLLMSetupError, VLLMError, LearnerLost, CurriculumError, TeacherError) as exc:
         raise SystemExit(f"tether train: {exc}") from None
 
 

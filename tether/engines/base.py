@@ -95,6 +95,12 @@ class Engine(Protocol):
         for `generate`."""
         ...
 
+    async def score(self, token_ids: list[int]) -> list[float]:
+        """The log-probability of each token after the first given the ones before it, under the
+        policy's unprocessed distribution (temperature 1, no cut): what a teacher tells a student in
+        on-policy distillation. One value fewer than `token_ids`."""
+        ...
+
     async def aload_adapter(self, adapter_path: str, policy_version: int | None = None) -> int:
         """Make a LoRA adapter the policy, between generations (each one is produced by exactly one
         version); returns the new policy version (`policy_version`, or the current one plus one)."""

@@ -299,6 +299,25 @@ class TransformersEngine:
     async def aload_adapter(self, adapter_path: str, policy_version: int | None = None) -> int:
         return await asyncio.to_thread(self.load_adapter, adapter_path, policy_version)
 
+    async def score(self, token_ids: list[int]) -> list[float]:
+        ids = [int(t) for t in token_ids]
+        self._validate(ids, SamplingParams(max_tokens=1))
+        return await asyncio.to_thread(self._score, ids)
+
+    def _score(self, ids: list[int]) -> list[float]:
+        """One forward pass over `ids`, between batches as an adapter swap is (the worker admits nothing
+        new while it waits, and the running rows finish first)."""
+        with self._swap_lock:
+            self._swap_requested.set()
+            try:
+                with self._model_lock, torch.inference_mode():
+                    tokens = torch.tensor([ids], dtype=torch.long, device=self.device)
+                    logits = self.model(input_ids=tokens).logits[0, :-1].float()
+                    picked = torch.log_softmax(logits, dim=-1).gather(1, tokens[0, 1:, None])
+                    return [float(v) for v in picked.squeeze(1).tolist()]
+            finally:
+                self._swap_requested.clear()
+
     def _swap_adapter(self, adapter_path: str) -> None:
         from peft import PeftModel
 

@@ -35,8 +35,9 @@ from tether.adapters import Transition, TransitionReport, build_transitions
 from tether.adapters.demonstrations import NoDemonstrations, build_demonstrations, demonstration_rollouts
 from tether.algorithms import AdvantageBatch, assign_advantages, imitation_batch
 from tether.algorithms.advantages import UnreproducibleSampling, advantage_method
+from tether.algorithms.distill import distill_advantages
 from tether.auth import TokenAuthority
-from tether.contracts import ALGORITHMS, DEFAULT_ROUTE, POLICY_UPSTREAM, Meta
+from tether.contracts import ALGORITHMS, DEFAULT_ROUTE, DISTILLATION, POLICY_UPSTREAM, Meta
 from tether.engines.chat_template import ChatTemplate
 from tether.gateway import HTTPUpstream, HTTPUpstreamConfig
 from tether.gateway.upstreams import Upstream
@@ -54,6 +55,7 @@ from tether.store import RolloutRequest, Store, Task
 from tether.trainer.config import TrainConfig
 from tether.trainer.curriculum import Curriculum, CurriculumConfig, CurriculumExhausted
 from tether.trainer.cursor import TaskCursor
+from tether.trainer.distill import Teacher, TeacherError, check_teacher, score_transitions
 from tether.trainer.learner import Learner, TrainingDiverged, open_learner
 from tether.trainer.metrics import MetricsLog
 from tether.trainer.ranking import rank_groups
@@ -110,6 +112,8 @@ class TrainerConfig:
     min_signal_groups: int = 0
     max_groups_per_step: int | None = None
     curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
+    # algorithm "opd": the teacher that scores every token the policy samples (`tether.trainer.distill`).
+    teacher: Teacher | None = None
 
     def __post_init__(self) -> None:
         if self.algorithm not in ALGORITHMS:
@@ -117,7 +121,13 @@ class TrainerConfig:
         if self.steps < 0 or self.group_size < 1 or self.tasks_per_step < 1 or self.n_workers < 1:
             raise ValueError("steps >= 0, group size, tasks per step and workers >= 1")
         self._check_demonstrations()
-        if self.algorithm != "sft" and self.group_size < 2:
+        if (self.algorithm == DISTILLATION) != (self.teacher is not None):
+            raise ValueError(
+                "--algorithm opd distills from a teacher: give --teacher URL"
+                if self.teacher is None
+                else "--teacher is the teacher of --algorithm opd: give --algorithm opd, or drop --teacher"
+            )
+        if self.algorithm not in ("sft", DISTILLATION) and self.group_size < 2:
             raise ValueError(f"{self.algorithm} compares rollouts of a task: --group-size must be at least 2")
         self.policy.model = self.model
         if not self.policy.lora and self.policy_server == "builtin":
@@ -226,6 +236,8 @@ class Trainer:
         if not train_tasks:
             raise ValueError("no training tasks")
         config = self.config
+        if config.teacher is not None:
+            check_teacher(config.teacher, _student_tokenizer(config.model))
         opened: list[PolicyServer] = []
         with console.status(f"loading {config.model} for serving and for training ..."):
             server = self.policy_server or self._open_server(POLICY_UPSTREAM, opened)
@@ -359,11 +371,11 @@ class _Session:
 
     # -- data -----------------------------------------------------------------------------------------
 
-    def _key(self, label: str, task: Task, sample: int) -> str | None:
+    def _key(self, label: str, tag: str, sample: int) -> str | None:
         """Keys within the run; each start of the run has its own, since a resumed run's policy after
         the checkpoint is not the one that made the earlier rollouts."""
         run = self.trainer.run
-        return None if run is None else f"{run.starts}.{label}/{task.id}#{sample}"
+        return None if run is None else f"{run.starts}.{label}/{tag}#{sample}"
 
     def _group_requests(self, tasks: Sequence[Task], label: str) -> list[RolloutRequest]:
         metadata: dict[str, Any] = {Meta.STEP: self.step}
@@ -373,13 +385,13 @@ class _Session:
             RolloutRequest(
                 task=task,
                 mode="train",
-                group_id=f"{task.id}@{label}",
+                group_id=f"{tag}@{label}",
                 max_attempts=self.config.max_attempts,
                 metadata=metadata,
-                key=self._key(label, task, sample),
+                key=self._key(label, tag, sample),
                 sample=sample,
             )
-            for task in tasks
+            for task, tag in zip(tasks, _group_tags(tasks), strict=True)
             for sample in range(self.config.group_size)
         ]
 
@@ -475,20 +487,32 @@ class _Session:
         }
         return transitions, stats
 
-    def _advantages(self, transitions: list[Transition]) -> AdvantageBatch:
+    async def _advantages(self, transitions: list[Transition], stats: dict[str, Any]) -> AdvantageBatch:
         if self.config.algorithm == "sft" or self.step < self.config.sft_steps:
             return imitation_batch(
                 t for t in transitions if t.demonstration or t.reward >= self.config.sft_threshold
             )
         try:
+            if self.config.algorithm == DISTILLATION:
+                return await self._distilled(transitions, stats)
             return assign_advantages(transitions, method=advantage_method(self.config.algorithm))
-        except UnreproducibleSampling as exc:
+        except (UnreproducibleSampling, TeacherError) as exc:
             raise SystemExit(f"tether train: step {self.step + 1}: {exc}") from None
+
+    async def _distilled(self, transitions: list[Transition], stats: dict[str, Any]) -> AdvantageBatch:
+        """On-policy distillation: the teacher scores the batch's tokens (`tether.algorithms.distill`)."""
+        assert self.config.teacher is not None
+        started = time.monotonic()
+        scores = await score_transitions(self.config.teacher, transitions)
+        batch, reverse_kl = distill_advantages(transitions, scores)
+        stats["opd.reverse_kl"] = reverse_kl
+        stats["opd.teacher_seconds"] = time.monotonic() - started
+        return batch
 
     # -- one update -----------------------------------------------------------------------------------
 
     async def _update(self, transitions: list[Transition], stats: dict[str, Any]) -> None:
-        batch = self._advantages(transitions)
+        batch = await self._advantages(transitions, stats)
         record: dict[str, Any] = {
             "kind": "train",
             "step": self.step + 1,
@@ -586,7 +610,7 @@ class _Session:
     def _more_groups(self, transitions: Sequence[Transition], generated: int) -> int:
         """Dynamic sampling: how many more groups to launch for this step's batch (0: it is complete)."""
         wanted = self.config.min_signal_groups
-        if not wanted or self.step < self.config.sft_steps or self.config.algorithm == "sft":
+        if not wanted or self.step < self.config.sft_steps or self.config.algorithm in ("sft", DISTILLATION):
             return 0
         missing = wanted - signal_groups(transitions)
         cap = self.config.max_groups_per_step or 0
@@ -664,7 +688,7 @@ class _Session:
                 mode="val",
                 group_id=f"{task.id}@val{self.step}",
                 metadata={Meta.SAMPLING_OVERRIDES: overrides, Meta.STEP: self.step},
-                key=self._key(f"val{self.step}", task, 0),
+                key=self._key(f"val{self.step}", task.id, 0),
             )
             for task in self.val_tasks
         ]
@@ -731,6 +755,25 @@ def signal_groups(transitions: Sequence[Transition]) -> int:
     for t in transitions:
         rewards.setdefault(t.group_id, set()).add(t.reward)
     return sum(len(values) > 1 for values in rewards.values())
+
+
+def _group_tags(tasks: Sequence[Task]) -> list[str]:
+    """A name per group of a step: the task's id, with ~K on its K-th repeat (a step that wraps around
+    the task list, or asks for more tasks than there are, meets a task twice: two groups, not one)."""
+    seen: Counter[str] = Counter()
+    tags = []
+    for task in tasks:
+        tags.append(task.id if not seen[task.id] else f"{task.id}~{seen[task.id]}")
+        seen[task.id] += 1
+    return tags
+
+
+def _student_tokenizer(model: str) -> Any:
+    from transformers import AutoTokenizer
+
+    from tether.engines.catalog import resolve_model
+
+    return AutoTokenizer.from_pretrained(resolve_model(model))
 
 
 def _sample_rows(store: Store, outcomes: Sequence[RolloutOutcome]) -> list[list[Any]]:

@@ -130,7 +130,7 @@ class MicroBatch:
     valid: torch.Tensor  # [B, K] bool: a response token (trained or not)
     mask: torch.Tensor  # [B, K] bool: a trained response token
     behaviour: torch.Tensor  # [B, K] recorded logprobs
-    advantages: torch.Tensor  # [B, 1]
+    advantages: torch.Tensor  # [B, K]: each response token's advantage
     coef: torch.Tensor  # [B, 1] weight / (trained tokens * total weight)
     demonstration: torch.Tensor  # [B, 1] bool: no recorded logprobs (another model's text)
     samplers: list[Sampler]  # per row: the distribution its tokens were drawn from
@@ -242,7 +242,7 @@ def collate(
     transitions: Sequence[Transition],
     indices: list[int],
     pad_id: int,
-    advantages: Sequence[float] | None = None,
+    advantages: Sequence[float | Sequence[float]] | None = None,
     coefs: Sequence[float] | None = None,
     old: Sequence[Sequence[float]] | None = None,
 ) -> MicroBatch:
@@ -256,6 +256,7 @@ def collate(
     valid = torch.zeros((b, k), dtype=torch.bool)
     mask = torch.zeros((b, k), dtype=torch.bool)
     behaviour = torch.zeros((b, k), dtype=torch.float32)
+    adv = torch.zeros((b, k), dtype=torch.float32)
     old_logp = torch.zeros((b, k), dtype=torch.float32) if old is not None else None
     for row, t in enumerate(rows):
         ids = list(t.prompt_ids) + list(t.response_ids)
@@ -267,10 +268,11 @@ def collate(
             valid[row, k - n :] = True
             mask[row, k - n :] = torch.tensor(t.loss_mask, dtype=torch.long) != 0
             behaviour[row, k - n :] = torch.tensor(t.response_logprobs, dtype=torch.float32)
+            if advantages is not None:
+                adv[row, k - n :] = _row_advantages(advantages[indices[row]], n)
             if old_logp is not None and old is not None:
                 old_logp[row, k - n :] = torch.tensor(old[indices[row]], dtype=torch.float32)
     position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-    adv = [advantages[i] for i in indices] if advantages is not None else [0.0] * b
     coef = [coefs[i] for i in indices] if coefs is not None else [0.0] * b
     return MicroBatch(
         indices=indices,
@@ -281,12 +283,21 @@ def collate(
         valid=valid,
         mask=mask,
         behaviour=behaviour,
-        advantages=torch.tensor(adv, dtype=torch.float32)[:, None],
+        advantages=adv,
         coef=torch.tensor(coef, dtype=torch.float32)[:, None],
         demonstration=torch.tensor([t.demonstration for t in rows], dtype=torch.bool)[:, None],
         samplers=[t.sampler for t in rows],
         old=old_logp,
     )
+
+
+def _row_advantages(value: float | Sequence[float], length: int) -> torch.Tensor:
+    """One sample's advantages over its `length` response tokens: a scalar broadcast, or one per token."""
+    if isinstance(value, int | float):
+        return torch.full((length,), float(value), dtype=torch.float32)
+    if len(value) != length:
+        raise ValueError(f"{len(value)} token advantages for a response of {length} tokens")
+    return torch.tensor(list(value), dtype=torch.float32)
 
 
 class TokenScorer(torch.nn.Module):
@@ -423,7 +434,7 @@ class PolicyTrainer:
         cfg = self.config
         samples = self._trainable_samples(batch)
         transitions = [s.transition for s in samples]
-        advantages = [float(s.advantage) for s in samples]
+        advantages = [s.advantages for s in samples]
         parts = self._mini_batches(samples)
         several = len(parts) * cfg.ppo_epochs > 1
         # "old" is the policy at the start of the update; with one optimizer step it is the forward's own
@@ -500,7 +511,7 @@ class PolicyTrainer:
         self,
         transitions: Sequence[Transition],
         indices: list[int],
-        advantages: Sequence[float],
+        advantages: Sequence[float | Sequence[float]],
         coefs: Sequence[float],
         old: Sequence[Sequence[float]] | None,
         totals: _Totals,

@@ -91,6 +91,24 @@ def _top_k(body: dict[str, Any]) -> int:
     return max(value, 0)
 
 
+def _wants_prompt_logprobs(kind: CallKind, body: dict[str, Any]) -> bool:
+    """`prompt_logprobs` (vLLM's extension of completions): the built-in engine answers 0, each prompt
+    token's own logprob, which is what a distillation teacher is asked for."""
+    value = body.get("prompt_logprobs")
+    if value is None:
+        return False
+    if kind != "completions":
+        raise GatewayError(400, "'prompt_logprobs' is a completions parameter", param="prompt_logprobs")
+    if isinstance(value, bool) or value != 0:
+        raise GatewayError(
+            400,
+            "'prompt_logprobs' must be 0 with the built-in engine (each prompt token's own logprob; "
+            "no alternatives)",
+            param="prompt_logprobs",
+        )
+    return True
+
+
 def _choice_count(body: dict[str, Any]) -> int:
     n = body.get("n", 1) or 1
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 16:
@@ -156,9 +174,11 @@ class EngineUpstream:
 
     async def call(self, kind: CallKind, body: dict[str, Any], *, owner: str | None = None) -> CallRecord:
         prompt_ids, per_choice, plan = self._prepare(kind, body)
+        scored = _wants_prompt_logprobs(kind, body)
         generations = (self.engine.generate(prompt_ids, p, owner=owner) for p in per_choice)
         try:
             results = await asyncio.gather(*generations)
+            prompt_logprobs = await self._prompt_logprobs(prompt_ids) if scored else None
         except ValueError as exc:
             raise GatewayError(400, str(exc)) from exc
         choices = [
@@ -168,7 +188,20 @@ class EngineUpstream:
         parsed = [_parse_choice(choice, plan) for choice in choices]
         version = min(version for _, version in results)
         response = self._response(kind, body, prompt_ids, choices, parsed)
+        if prompt_logprobs is not None:
+            for item in response["choices"]:
+                item["prompt_logprobs"] = prompt_logprobs
         return CallRecord(response, choices, prompt_ids, response["usage"], version, per_choice[0].sampler)
+
+    async def _prompt_logprobs(self, prompt_ids: list[int]) -> list[dict[str, dict[str, Any]] | None]:
+        """vLLM's `prompt_logprobs` answer with 0 alternatives: per prompt position, the logprob of the
+        token there given those before it (None for the first), keyed by the token id."""
+        values = await self.engine.score(prompt_ids)
+        entries: list[dict[str, dict[str, Any]] | None] = [None]
+        for token_id, logprob in zip(prompt_ids[1:], values, strict=True):
+            decoded = self.engine.decode([token_id])
+            entries.append({str(token_id): {"logprob": logprob, "rank": None, "decoded_token": decoded}})
+        return entries
 
     def _usage(self, prompt_ids: list[int], choices: list[ChoiceRecord]) -> dict[str, int]:
         completion = sum(len(c.token_ids or []) for c in choices)
@@ -238,6 +271,8 @@ class EngineUpstream:
     async def stream(
         self, kind: CallKind, body: dict[str, Any], *, owner: str | None = None
     ) -> AsyncGenerator[bytes | CallRecord, None]:
+        if _wants_prompt_logprobs(kind, body):
+            raise GatewayError(400, "'prompt_logprobs' needs a call without streaming", param="stream")
         prompt_ids, per_choice, plan = self._prepare(kind, body)
         if len(per_choice) > 1:
             raise GatewayError(400, "streaming with n > 1 is not supported by the built-in engine", param="n")
