@@ -137,6 +137,31 @@ def test_serve_reports_bad_arguments(tmp_path: Path) -> None:
     assert missing.returncode != 0 and "no store" in missing.stderr
 
 
+def test_an_adapter_that_is_not_there_or_not_for_the_built_in_engine_is_refused(tmp_path: Path) -> None:
+    missing = tether(
+        "serve",
+        "--model",
+        "tiny-random",
+        "--adapter",
+        str(tmp_path / "nope"),
+        "--project-dir",
+        str(tmp_path),
+        cwd=tmp_path,
+    )
+    assert missing.returncode != 0 and "no LoRA adapter there (no adapter_config.json)" in missing.stderr
+    upstream = tether(
+        "serve",
+        "--upstream",
+        "http://127.0.0.1:9/v1",
+        "--adapter",
+        str(tmp_path),
+        "--project-dir",
+        str(tmp_path),
+        cwd=tmp_path,
+    )
+    assert upstream.returncode != 0 and "--adapter is loaded by the built-in engine" in upstream.stderr
+
+
 def test_non_loopback_bind_warns(tmp_path: Path, upstream: str) -> None:
     with tether_serve(tmp_path, "--upstream", upstream, "--host", "0.0.0.0") as served:
         assert any("warning" in line for line in served.output)
