@@ -82,6 +82,16 @@ def test_a_teacher_without_prompt_logprobs_is_refused_saying_so(tiny_engine: Any
             check_teacher(Teacher(url=f"{url}/v1"), tiny_engine.tokenizer)
 
 
+def test_a_teacher_whose_tokenizer_cannot_be_checked_is_refused(tiny_engine: Any) -> None:
+    def undecoded(ids: list[int]) -> dict[str, Any]:
+        entries = [None] + [{str(i): {"logprob": -1.0}} for i in ids[1:]]
+        return {"choices": [{"text": "", "prompt_logprobs": entries}]}
+
+    with serve_app(scripted_teacher(undecoded)) as url:
+        with pytest.raises(TeacherError, match="gives no decoded_token with its prompt logprobs"):
+            check_teacher(Teacher(url=f"{url}/v1"), tiny_engine.tokenizer)
+
+
 def test_a_dead_teacher_fails_after_its_retries(tiny_engine: Any) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -64,10 +64,15 @@ def check_teacher(teacher: Teacher, tokenizer: Any) -> None:
     to the student's own token text."""
     ids = [int(i) for i in tokenizer.encode(PROBE, add_special_tokens=False)]
     entries = asyncio.run(_probe(teacher, ids))
+    if not all(isinstance(entry.get("decoded_token"), str) for entry in entries):
+        raise TeacherError(
+            f"the teacher at {teacher.url} gives no decoded_token with its prompt logprobs, so whether it "
+            "shares the student's tokenizer cannot be checked (vLLM and `tether serve` give them)"
+        )
     mismatched = [
         (token_id, entry.get("decoded_token"))
         for token_id, entry in zip(ids[1:], entries, strict=True)
-        if "decoded_token" in entry and not _same_token(tokenizer, token_id, entry["decoded_token"])
+        if not _same_token(tokenizer, token_id, entry["decoded_token"])
     ]
     if mismatched:
         token_id, decoded = mismatched[0]
