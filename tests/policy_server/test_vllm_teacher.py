@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from tether.adapters.transitions import Transition
+from tests.trainer.test_teacher_client import transition
 from tether.policy_server.vllm import VLLMPolicyServer
 from tether.trainer import PolicyTrainer, TrainConfig
 from tether.trainer.distill import Teacher, check_teacher, score_transitions
@@ -26,21 +26,8 @@ def test_vllm_teaches_the_raw_logprobs_of_the_students_tokens(vllm_server: VLLMP
 
     prompt = tokenizer.encode("Question: what is 12 + 7?\nAnswer:")
     response = tokenizer.encode(" 12 + 7 = 19, so the answer is 19.", add_special_tokens=False)
-    transition = Transition(
-        rollout_id="r",
-        task_id="t",
-        group_id=None,
-        attempt=1,
-        call_index=0,
-        agent=None,
-        policy_version=0,
-        prompt_ids=prompt,
-        response_ids=response,
-        response_logprobs=[0.0] * len(response),
-        loss_mask=[1] * len(response),
-    )
-    (scores,) = asyncio.run(score_transitions(teacher, [transition]))
-    (own,) = learner.logprobs([transition])
+    (scores,) = asyncio.run(score_transitions(teacher, [transition(prompt, response)]))
+    (own,) = learner.logprobs([transition(prompt, response)])
     gaps = [abs(a - b) for a, b in zip(scores, own, strict=True)]
     assert len(scores) == len(response)
     assert max(gaps) < 0.05 and sum(gaps) / len(gaps) < 0.01, gaps
