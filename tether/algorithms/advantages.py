@@ -219,7 +219,7 @@ def assign_advantages(
             for rid, advantage in zip(rids, advantages, strict=True):
                 advantage_of.update((id(t), advantage) for t in rollouts[rid])
 
-    samples = _weighted_samples(items, advantage_of)
+    samples = weighted_samples(items, advantage_of)
     report.samples = len(samples)
     report.empty_transitions = sum(1 for t in items if id(t) in advantage_of and t.trained_tokens == 0)
     report.mean_return = math.fsum(returns.values()) / len(returns) if returns else 0.0
@@ -271,15 +271,16 @@ def imitation_batch(transitions: Iterable[Transition]) -> AdvantageBatch:
     report = AdvantageReport(method=IMITATION, gamma=1.0, per_call_returns=False)
     report.transitions, report.rollouts, report.rollouts_used = len(items), len(rollouts), len(rollouts)
     report.groups = report.groups_used = len({group_key(calls[0]) for calls in rollouts.values()})
-    samples = _weighted_samples(items, {id(t): 1.0 for t in items})
+    samples = weighted_samples(items, {id(t): 1.0 for t in items})
     report.samples = len(samples)
     report.empty_transitions = sum(1 for t in items if t.trained_tokens == 0)
     report.mean_abs_advantage = 1.0 if samples else 0.0
     return AdvantageBatch(samples=samples, report=report)
 
 
-def _weighted_samples(items: list[Transition], advantage_of: dict[int, float]) -> list[Sample]:
-    """Samples in input order; weight = the transition's share of its rollout's trained tokens."""
+def weighted_samples(items: list[Transition], advantage_of: dict[int, float]) -> list[Sample]:
+    """Samples of the transitions with an advantage and a trained token, in input order; weight = the
+    transition's share of its rollout's trained tokens."""
     kept = [t for t in items if id(t) in advantage_of and t.trained_tokens > 0]
     rollout_tokens: dict[str, int] = defaultdict(int)
     for t in kept:

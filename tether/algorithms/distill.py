@@ -21,12 +21,12 @@ from tether.adapters.transitions import Transition
 from tether.algorithms.advantages import (
     AdvantageBatch,
     AdvantageReport,
-    Sample,
     calls_by_rollout,
     group_key,
     refuse_demonstrations,
     refuse_unreproducible_sampling,
     rollout_returns,
+    weighted_samples,
 )
 
 METHOD = "opd"
@@ -61,37 +61,25 @@ def distill_advantages(
     report.transitions, report.rollouts = len(items), len(rollouts)
     report.groups = len({group_key(calls[0]) for calls in rollouts.values()})
     per_token = {id(t): token_advantages(t, scores) for t, scores in zip(items, teacher, strict=True)}
-    kept = [t for t in items if t.trained_tokens > 0]
-    rollout_tokens: dict[str, int] = {}
-    for t in kept:
-        rollout_tokens[t.rollout_id] = rollout_tokens.get(t.rollout_id, 0) + t.trained_tokens
-    samples = [
-        Sample(
-            transition=t,
-            advantage=_trained_mean(t, per_token[id(t)]),
-            weight=t.trained_tokens / rollout_tokens[t.rollout_id],
-            token_advantages=per_token[id(t)],
-        )
-        for t in kept
-    ]
+    trained = {id(t): _at_trained(per_token[id(t)], t) for t in items}
+    samples = weighted_samples(items, {key: _mean(values) for key, values in trained.items()})
+    for sample in samples:
+        sample.token_advantages = per_token[id(sample.transition)]
     report.groups_used = len({group_key(s.transition) for s in samples})
     report.rollouts_used = len({s.rollout_id for s in samples})
     report.samples = len(samples)
-    report.empty_transitions = len(items) - len(kept)
+    report.empty_transitions = len(items) - len(samples)
     returns = rollout_returns(items)
     report.mean_return = math.fsum(returns.values()) / len(returns) if returns else 0.0
-    gaps = [
-        a
-        for s in samples
-        for a, m in zip(per_token[id(s.transition)], s.transition.loss_mask, strict=True)
-        if m
-    ]
-    if samples:
-        report.mean_abs_advantage = math.fsum(abs(a) for a in gaps) / len(gaps)
-    reverse_kl = -math.fsum(gaps) / len(gaps) if gaps else 0.0
+    gaps = [a for s in samples for a in trained[id(s.transition)]]
+    report.mean_abs_advantage = _mean([abs(a) for a in gaps])
+    reverse_kl = -_mean(gaps)
     return AdvantageBatch(samples=samples, report=report, returns=returns), reverse_kl
 
 
-def _trained_mean(transition: Transition, values: Sequence[float]) -> float:
-    trained = [v for v, m in zip(values, transition.loss_mask, strict=True) if m]
-    return math.fsum(trained) / len(trained) if trained else 0.0
+def _at_trained(values: Sequence[float], transition: Transition) -> list[float]:
+    return [v for v, m in zip(values, transition.loss_mask, strict=True) if m]
+
+
+def _mean(values: Sequence[float]) -> float:
+    return math.fsum(values) / len(values) if values else 0.0

@@ -70,7 +70,7 @@ def check_teacher(teacher: Teacher, tokenizer: Any) -> None:
             "shares the student's tokenizer cannot be checked (vLLM and `tether serve` give them)"
         )
     mismatched = [
-        (token_id, entry.get("decoded_token"))
+        (token_id, entry["decoded_token"])
         for token_id, entry in zip(ids[1:], entries, strict=True)
         if not _same_token(tokenizer, token_id, entry["decoded_token"])
     ]
@@ -135,9 +135,7 @@ async def _entries(
 def _parse(data: Any, ids: list[int], teacher: Teacher, where: str) -> list[dict[str, Any]]:
     choices = data.get("choices") if isinstance(data, dict) else None
     first = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
-    entries = first.get("prompt_logprobs") or (
-        data.get("prompt_logprobs") if isinstance(data, dict) else None
-    )
+    entries = first.get("prompt_logprobs")  # vLLM answers them per choice
     if not isinstance(entries, list) or len(entries) != len(ids):
         raise TeacherError(
             f"the teacher at {teacher.url} returned no prompt logprobs for {where} (its answer has "
