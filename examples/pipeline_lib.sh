@@ -13,7 +13,7 @@ start_teacher() {
   rm -f "$url_file"
   python "$script" --tasks "$tasks" --url-file "$url_file" "$@" >/dev/null &
   teacher_pid=$!
-  trap stop_teacher EXIT
+  trap "stop_teacher; stop_served" EXIT
   for _ in $(seq 1 300); do
     if [ -s "$url_file" ]; then
       TEACHER_URL=$(cat "$url_file")
@@ -33,6 +33,34 @@ stop_teacher() {
     kill "$teacher_pid" 2>/dev/null || true
     wait "$teacher_pid" 2>/dev/null || true
     teacher_pid=""
+  fi
+}
+
+# serve_policy DIR ADAPTER: `tether serve` SmolLM2 with that adapter (a policies/vN folder) on a free loopback
+# port, its store in DIR; sets SERVED_URL and SERVED_KEY, and stops it when the script exits.
+serve_pid=""
+serve_policy() {
+  local dir=$1 adapter=$2
+  mkdir -p "$dir"
+  tether serve --model smollm2-135m --adapter "$adapter" --port 0 --project-dir "$dir" \
+    >"$dir/serve.out" 2>"$dir/serve.err" &
+  serve_pid=$!
+  trap "stop_teacher; stop_served" EXIT
+  for _ in $(seq 1 900); do
+    grep -q '^ready' "$dir/serve.out" && break
+    kill -0 "$serve_pid" 2>/dev/null || { cat "$dir/serve.err" >&2; return 1; }
+    sleep 0.2
+  done
+  grep -q '^ready' "$dir/serve.out" || { echo "tether serve did not start in 180 s" >&2; return 1; }
+  SERVED_URL=$(sed -n 's/^export OPENAI_BASE_URL=//p' "$dir/serve.out")
+  SERVED_KEY=$(sed -n 's/^export OPENAI_API_KEY=//p' "$dir/serve.out")
+}
+
+stop_served() {
+  if [ -n "$serve_pid" ]; then
+    kill "$serve_pid" 2>/dev/null || true
+    wait "$serve_pid" 2>/dev/null || true
+    serve_pid=""
   fi
 }
 

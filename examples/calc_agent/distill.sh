@@ -8,6 +8,7 @@
 # `tether train`.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source examples/pipeline_lib.sh
 project=${CALC_PROJECT:-calc-project}
 seed=${CALC_OPD_SEED:-0}
 pipeline_run=$project/.tether/runs/calc-pipeline-seed0
@@ -19,21 +20,10 @@ if [ -z "$adapter" ] || [ ! -f "$adapter/adapter_config.json" ]; then
 fi
 [ -f "$project/data/val.jsonl" ] || { echo "no $project/data: run make calc-pipeline first" >&2; exit 1; }
 
-teacher_dir=$project/opd-teacher
-mkdir -p "$teacher_dir"
 echo "teacher: smollm2-135m with $adapter"
-tether serve --model smollm2-135m --adapter "$adapter" --port 0 --project-dir "$teacher_dir" \
-  >"$teacher_dir/serve.out" 2>"$teacher_dir/serve.err" &
-serve_pid=$!
-trap 'kill "$serve_pid" 2>/dev/null || true; wait "$serve_pid" 2>/dev/null || true' EXIT
-for _ in $(seq 1 900); do
-  grep -q '^ready' "$teacher_dir/serve.out" && break
-  kill -0 "$serve_pid" 2>/dev/null || { cat "$teacher_dir/serve.err" >&2; exit 1; }
-  sleep 0.2
-done
-grep -q '^ready' "$teacher_dir/serve.out" || { echo "the teacher did not start in 180 s" >&2; exit 1; }
-teacher_url=$(sed -n 's/^export OPENAI_BASE_URL=//p' "$teacher_dir/serve.out")
-TETHER_TEACHER_KEY=$(sed -n 's/^export OPENAI_API_KEY=//p' "$teacher_dir/serve.out")
+serve_policy "$project/opd-teacher" "$adapter"
+teacher_url=$SERVED_URL
+TETHER_TEACHER_KEY=$SERVED_KEY
 export TETHER_TEACHER_KEY
 
 started=$SECONDS

@@ -61,6 +61,25 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     spans.add_argument("rollout_id", nargs="?", default="latest", help="a rollout id, or 'latest'")
     spans.set_defaults(command_main=dump_spans)
 
+    agree = actions.add_parser(
+        "agreement",
+        help="how far two named rewards of a run's rollouts agree (a judge against an evaluator)",
+        description="Compare two rewards that the same rollouts carry, such as a judge's and the "
+        "evaluator's (train with --reward judge:RUBRIC.md --reward evaluator.py:fn --reward-weights judge=1 "
+        "to record both): each read as pass/fail at --threshold, their agreement rate with its 95%% "
+        "bootstrap interval, Cohen's kappa, and Pearson's r of the raw values.",
+    )
+    agree.add_argument("--run", metavar="NAME", required=True, help="the run whose rollouts are compared")
+    agree.add_argument(
+        "--rewards", metavar="FIRST,SECOND", required=True, help="the two reward names, e.g. judge,correct"
+    )
+    agree.add_argument(
+        "--mode", choices=["val", "train", "all"], default="val", help="which rollouts (default: held-out)"
+    )
+    agree.add_argument("--threshold", type=float, default=0.5, help="a reward at least this passes (0.5)")
+    agree.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    agree.set_defaults(command_main=reward_agreement)
+
     migrate = actions.add_parser(
         "migrate",
         help="copy every record of one store into another (e.g. SQLite into PostgreSQL)",
@@ -247,6 +266,60 @@ def dump_spans(args: argparse.Namespace) -> int:
         raise SystemExit(f"tether store: {exc}") from None
     for span in store.query_spans(rollout_id=rollout_id, limit=1_000_000):
         sys.stdout.write(span.model_dump_json() + "\n")
+    return 0
+
+
+def reward_agreement(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from tether.rewards.agreement import agreement
+    from tether.store.reward_rule import agent_rewards_count, named_reward
+
+    first, sep, second = (name.strip() for name in args.rewards.partition(","))
+    if not sep or not first or not second or "," in second:
+        raise SystemExit(
+            f"tether store agreement: --rewards takes two names, FIRST,SECOND; got {args.rewards!r}"
+        )
+    store = open_from_args(args)
+    rollouts = [
+        r
+        for r in store.list_rollouts(run=args.run, status=RolloutStatus.succeeded, limit=ALL)
+        if args.mode == "all" or r.mode == args.mode
+    ]
+    if not rollouts:
+        raise SystemExit(f"tether store agreement: run {args.run!r} has no succeeded {args.mode} rollouts")
+    pairs: list[tuple[float, float]] = []
+    seen: set[str] = set()
+    for rollout in rollouts:
+        rewards = store.query_rewards(rollout.id)
+        seen.update(r.name for r in rewards if r.span_id is None)
+        attempt, own = rollout.attempt_count or None, agent_rewards_count(rollout)
+        a = named_reward(rewards, attempt, first, agent_rewards=own)
+        b = named_reward(rewards, attempt, second, agent_rewards=own)
+        if a is not None and b is not None:
+            pairs.append((a, b))
+    if not pairs:
+        raise SystemExit(
+            f"tether store agreement: none of the {len(rollouts)} rollouts carries both {first!r} and "
+            f"{second!r}; their rewards are named {sorted(seen)}"
+        )
+    result = agreement(pairs, args.threshold)
+    if args.json:
+        sys.stdout.write(orjson.dumps({"first": first, "second": second, **asdict(result)}).decode() + "\n")
+        return 0
+    kappa = "-" if result.kappa is None else f"{result.kappa:+.3f}"
+    pearson = "-" if result.pearson is None else f"{result.pearson:+.3f}"
+    console.print(
+        shown(
+            f"{result.n} of {len(rollouts)} {args.mode} rollouts carry both {first} and {second}\n"
+            f"agreement {result.rate:.3f} [{result.rate_low:.3f}, {result.rate_high:.3f}]  "
+            f"kappa {kappa}  pearson {pearson}\n"
+            f"both pass {result.both_pass}, both fail {result.both_fail}, only {first} passes "
+            f"{result.only_first}, only {second} passes {result.only_second} "
+            f"(pass: at least {args.threshold:g})\n"
+            f"mean {first} {result.first_mean:.3f}, mean {second} {result.second_mean:.3f}"
+        )
+    )
     return 0
 
 

@@ -58,6 +58,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_engine_args(parser)
     parser.add_argument("--val-tasks", metavar="FILE", help="held-out tasks scored before, during and after")
     parser.add_argument(
+        "--val-reward",
+        metavar="NAME",
+        help="score held-out rollouts by this named reward, not the one training uses: train on a judge, "
+        "validate with the evaluator (--reward judge:RUBRIC.md --reward evaluator.py:fn "
+        "--reward-weights judge=1 --val-reward fn)",
+    )
+    parser.add_argument(
         "--model", default="smollm2-135m", help="smollm2-135m, tiny-random or a local HF folder"
     )
     parser.add_argument(
@@ -318,6 +325,7 @@ def run(args: argparse.Namespace) -> int:
         val_tasks = load_tasks(args.val_tasks) if args.val_tasks else []
         check_reference_reader(evaluator, val_tasks)
         group_scorer = _group_scorer(args, evaluator, bool(val_tasks))
+        _check_val_reward(args, evaluator, bool(val_tasks))
     except (TaskFileError, RewardError) as exc:
         raise SystemExit(f"tether: {exc}") from None
     pools = runner_pools(args, "train", [*train_tasks, *val_tasks], agent)
@@ -362,6 +370,7 @@ def run(args: argparse.Namespace) -> int:
             sft_threshold=args.sft_min_reward,
             seed=args.seed,
             primary_reward=args.primary_reward,
+            val_reward=args.val_reward,
             agent_rewards=AGENT_REWARDS[args.agent_rewards],
             air=not args.no_air,
             policy=policy,
@@ -439,6 +448,17 @@ def _check_demonstrations(
     console.print(f"imitating {len(found)} successful rollouts of run {config.from_run}")
 
 
+def _check_val_reward(args: argparse.Namespace, evaluator: Any, validates: bool) -> None:
+    if args.val_reward is None:
+        return
+    if not validates:
+        raise RewardError("--val-reward names the reward of held-out rollouts: give --val-tasks")
+    if evaluator is None:
+        raise RewardError(
+            "--val-reward reads a reward that a --reward source records (the agent's own never count)"
+        )
+
+
 def _group_scorer(args: argparse.Namespace, evaluator: Any, validates: bool) -> GroupScorer | None:
     """The --reward that ranks whole groups, if one does; RewardError where it cannot be used."""
     scorer = rewards_from_args(args)[1]
@@ -475,7 +495,7 @@ def _fit(trainer: Trainer, *inputs: Any, **options: Any) -> FitResult:
 
     try:
         return trainer.fit(*inputs, **options)
-    except (VLLMSetupError, VLLMError, LearnerLost, CurriculumError, TeacherError) as exc:
+    except (VLLMSetupError, VLLMError, LearnerLost, CurriculumError, TeacherError, RewardError) as exc:
         raise SystemExit(f"tether train: {exc}") from None
 
 

@@ -70,12 +70,14 @@ def trace_summary(trace: Sequence[Span]) -> str:
 
 
 def judge_messages(
-    rubric: str, task: dict[str, Any], output: str | None, trace: Sequence[Span]
+    rubric: str, task: dict[str, Any], output: str | None, trace: Sequence[Span] | str
 ) -> list[dict[str, str]]:
+    """The judge's conversation; `trace` is the rollout's spans, or their `trace_summary` already made."""
+    summary = trace if isinstance(trace, str) else trace_summary(trace)
     user = USER.format(
         task=escape(json.dumps(task, ensure_ascii=False)),
         output=escape(output if output is not None else "(no output)"),
-        trace=escape(trace_summary(trace)),
+        trace=escape(summary),
     )
     return [
         {"role": "system", "content": SYSTEM.format(rubric=rubric.strip())},

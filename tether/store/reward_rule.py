@@ -49,6 +49,22 @@ def final_reward(
     return None
 
 
+def named_reward(
+    rewards: Sequence[Reward], attempt: int | None, name: str, *, agent_rewards: bool = True
+) -> float | None:
+    """The last reward named `name` of `attempt`, primary or not (a reward kept beside the final one, such
+    as an evaluator's score next to the judge's a run trains on); never a span-linked step reward."""
+    for reward in reversed(rewards):
+        if (
+            reward.name == name
+            and reward.span_id is None
+            and (reward.attempt is None or reward.attempt == attempt)
+            and (agent_rewards or reward.source != Origin.AGENT)
+        ):
+            return reward.value
+    return None
+
+
 def agent_rewards_count(rollout: Rollout) -> bool:
     return bool(rollout.metadata.get(Meta.AGENT_REWARDS, True))
 

@@ -47,11 +47,12 @@ from tether.runner import AIRRules, Runner, RunnerConfig
 from tether.runner.agents import Agent
 from tether.runner.driver import RolloutOutcome
 from tether.runner.pool import WorkerPool
-from tether.runner.rewards import Evaluator
+from tether.runner.rewards import Evaluator, RewardError
 from tether.runner.runner import PoolFactory
 from tether.runner.runs import RunRecord, cancel_queued
 from tether.stack import local_stack
 from tether.store import RolloutRequest, Store, Task
+from tether.store.reward_rule import named_reward
 from tether.trainer.config import TrainConfig
 from tether.trainer.curriculum import Curriculum, CurriculumConfig, CurriculumExhausted
 from tether.trainer.cursor import TaskCursor
@@ -96,6 +97,9 @@ class TrainerConfig:
     sft_batch: int = 8
     seed: int = 0
     primary_reward: str | None = None  # which named reward of an evaluator's dict is the reward
+    # Held-out rollouts scored by this named reward instead of their final one (train on a judge, validate
+    # with the evaluator kept beside it).
+    val_reward: str | None = None
     agent_rewards: bool | None = None  # agents' own rewards count (None: only without an evaluator)
     air: bool = True  # automatic intermediate rewards
     engine_threads: int | None = None
@@ -694,7 +698,7 @@ class _Session:
         ]
         started = time.monotonic()
         outcomes = await self.runner.run(requests)
-        rewards = [o.reward if o.reward is not None else 0.0 for o in outcomes]
+        rewards = await self._val_rewards(outcomes)
         score = statistics.fmean(rewards) if rewards else 0.0
         from tether.trainer.intervals import bootstrap_interval
 
@@ -717,6 +721,23 @@ class _Session:
         rows = await asyncio.to_thread(_sample_rows, self.trainer.store, outcomes[:VAL_SAMPLES_LOGGED])
         self.trainer.log.samples(self.step, rows)
         return score
+
+    async def _val_rewards(self, outcomes: Sequence[RolloutOutcome]) -> list[float]:
+        """Each held-out rollout's score: its reward, or the one named `val_reward`; 0.0 when it has none."""
+        name = self.config.val_reward
+        if name is None:
+            return [o.reward if o.reward is not None else 0.0 for o in outcomes]
+        store = self.trainer.store
+        named = await asyncio.to_thread(lambda: [(o, store.query_rewards(o.rollout_id)) for o in outcomes])
+        # An agent's own rewards never count here: it could report one under the name validation reads.
+        values = [named_reward(found, o.attempts or None, name, agent_rewards=False) for o, found in named]
+        if outcomes and all(v is None for v in values):
+            seen = sorted({r.name for _, found in named for r in found if r.span_id is None})
+            raise RewardError(
+                f"--val-reward {name}: no held-out rollout has a reward named {name!r} (their rewards are "
+                f"named {seen}); give --reward a source that records it"
+            )
+        return [v if v is not None else 0.0 for v in values]
 
     def _last_val(self) -> float | None:
         scores = [r["val_score"] for r in self.trainer.history if r.get("kind") == "val"]
