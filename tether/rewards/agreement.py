@@ -52,16 +52,15 @@ def agreement(pairs: Sequence[tuple[float, float]], threshold: float = 0.5) -> A
         rate=statistics.fmean(agreed),
         rate_low=low,
         rate_high=high,
-        kappa=_kappa(verdicts),
+        kappa=_kappa(statistics.fmean(agreed), verdicts),
         pearson=_pearson([a for a, _ in pairs], [b for _, b in pairs]),
         first_mean=statistics.fmean(a for a, _ in pairs),
         second_mean=statistics.fmean(b for _, b in pairs),
     )
 
 
-def _kappa(verdicts: Sequence[tuple[bool, bool]]) -> float | None:
+def _kappa(observed: float, verdicts: Sequence[tuple[bool, bool]]) -> float | None:
     n = len(verdicts)
-    observed = sum(a == b for a, b in verdicts) / n
     first = sum(a for a, _ in verdicts) / n
     second = sum(b for _, b in verdicts) / n
     chance = first * second + (1 - first) * (1 - second)

@@ -27,15 +27,22 @@ from tether.store.base import Store
 from tether.store.models import Reward, Rollout
 
 
+def _of_attempt(reward: Reward, attempt: int | None, agent_rewards: bool) -> bool:
+    """An unlinked reward of that attempt (or of none), from a source the rollout lets count."""
+    return (
+        reward.span_id is None
+        and (reward.attempt is None or reward.attempt == attempt)
+        and (agent_rewards or reward.source != Origin.AGENT)
+    )
+
+
 def is_final_candidate(
     reward: Reward, attempt: int | None, name: str | None = None, *, agent_rewards: bool = True
 ) -> bool:
     return (
         reward.primary
-        and reward.span_id is None
         and (name is None or reward.name == name)
-        and (reward.attempt is None or reward.attempt == attempt)
-        and (agent_rewards or reward.source != Origin.AGENT)
+        and _of_attempt(reward, attempt, agent_rewards)
     )
 
 
@@ -55,12 +62,7 @@ def named_reward(
     """The last reward named `name` of `attempt`, primary or not (a reward kept beside the final one, such
     as an evaluator's score next to the judge's a run trains on); never a span-linked step reward."""
     for reward in reversed(rewards):
-        if (
-            reward.name == name
-            and reward.span_id is None
-            and (reward.attempt is None or reward.attempt == attempt)
-            and (agent_rewards or reward.source != Origin.AGENT)
-        ):
+        if reward.name == name and _of_attempt(reward, attempt, agent_rewards):
             return reward.value
     return None
 
