@@ -15,6 +15,7 @@ from tests.adapters.calls import call_span, running_rollout
 from tether.adapters import TransitionReport, build_transitions
 from tether.store import SQLiteStore
 
+pytestmark = pytest.mark.smollm2  # the real SmolLM2 tokenizer and chat template
 SYSTEM_AND_USER = [
     {"role": "system", "content": "You are helpful."},
     {"role": "user", "content": "What is 2+2?"},

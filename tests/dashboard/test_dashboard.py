@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 
 from tests.dashboard.conftest import RUN, Dashboard, TrainedProject, sign_in
 from tether.adapters import build_transitions
@@ -15,7 +14,6 @@ from tether.store.models import RolloutStatus
 from tether.store.reward_rule import rollout_reward
 from tether.trainer.metrics import MetricsLog, read_metrics
 
-pytestmark = pytest.mark.slow
 WAIT_MS = 30_000
 
 

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import pytest
-
 from tests.gateway.test_recording import client
 from tests.policy_server.conftest import direct
 from tests.rigs import GatewayRig
@@ -19,7 +17,6 @@ from tether.policy_server.vllm.replica import check_capabilities
 from tether.sampling import RAW, Sampler
 from tether.trainer.policy import PolicyTrainer, TrainConfig
 
-pytestmark = pytest.mark.slow
 QUESTIONS = [f"Name an animal that starts with the letter {letter}." for letter in "BCDFGH"]
 
 

@@ -5,14 +5,10 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
 from tests.trainer.test_teacher_client import transition
 from tether.policy_server.vllm import VLLMPolicyServer
 from tether.trainer import PolicyTrainer, TrainConfig
 from tether.trainer.distill import Teacher, check_teacher, score_transitions
-
-pytestmark = pytest.mark.slow
 
 
 def test_vllm_teaches_the_raw_logprobs_of_the_students_tokens(vllm_server: VLLMPolicyServer) -> None:

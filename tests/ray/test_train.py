@@ -20,17 +20,23 @@ from ray.cluster_utils import Cluster
 from safetensors.torch import load_file
 
 from tether.cli.main import main
-from tether.contracts import CallAttr
+from tether.contracts import CallAttr, Meta
+from tether.runner import load_tasks
 from tether.store import SQLiteStore
+from tether.trainer.cursor import TaskCursor
 
 AGENTS = Path(__file__).parent / "agents"
 
 
-def _train_args(tmp_path: Path, cluster: Cluster, steps: int) -> list[str]:
-    """A short GRPO run on the cluster: 2 worker actors (one per node), 2 learner ranks, tiny model."""
+def _train_args(tmp_path: Path, cluster: Cluster, steps: int, tasks_in_file: int = 2) -> list[str]:
+    """A short GRPO run on the cluster: 2 worker actors (one per node), 2 learner ranks, tiny model, 2
+    tasks a step (of `tasks_in_file`)."""
     tasks = tmp_path / "tasks.jsonl"
     # One task streams its call, the other does not: both ways through the replica actor, every step.
-    lines = [json.dumps({"id": f"t{i}", "q": f"say {i}", "stream": i % 2 == 0}) + "\n" for i in range(2)]
+    lines = [
+        json.dumps({"id": f"t{i}", "q": f"say {i}", "stream": i % 2 == 0}) + "\n"
+        for i in range(tasks_in_file)
+    ]
     tasks.write_text("".join(lines))
     return [
         "train",
@@ -105,7 +111,12 @@ def test_a_dead_learner_rank_fails_in_one_line_and_resume_continues(
 ) -> None:
     """A learner rank's process is killed after the first checkpoint: the run stops with one line naming
     the rank and its node, and the same command with --resume finishes from that checkpoint."""
-    args = [*_train_args(tmp_path, ray_cluster, steps=3), "--checkpoint-every", "1", "--run", "rank-lost"]
+    # 6 tasks, 2 a step: the 3 steps of seed 0's order take 3 disjoint pairs, so a resumed step that
+    # started the task order over (or anywhere but where the checkpoint left it) takes other tasks.
+    args = [
+        *_train_args(tmp_path, ray_cluster, steps=3, tasks_in_file=6),
+        *("--checkpoint-every", "1", "--run", "rank-lost"),
+    ]
     checkpoint = tmp_path / ".tether" / "runs" / "rank-lost" / "checkpoint" / "state.pt"
     outcome: dict[str, BaseException | int] = {}
 
@@ -140,6 +151,8 @@ def test_a_dead_learner_rank_fails_in_one_line_and_resume_continues(
     folder = checkpoint.parent
     history = json.loads((folder / "extra.json").read_text())["history"]
     stopped_policy = load_file(folder / "policy" / "adapter_model.safetensors")
+    store = SQLiteStore(tmp_path / ".tether" / "store.db")
+    before = {rollout.id for rollout in store.list_rollouts(run="rank-lost", limit=1000)}
     assert main([*args, "--resume"]) == 0
     run_dir = folder.parent
     records = [orjson.loads(line) for line in (run_dir / "metrics.jsonl").read_bytes().splitlines()]
@@ -154,3 +167,17 @@ def test_a_dead_learner_rank_fails_in_one_line_and_resume_continues(
     final = torch.load(checkpoint, map_location="cpu", weights_only=True)
     assert final["step"] == 3
     assert {int(param["step"]) for param in final["optimizer"]["state"].values()} == {3}
+    # ...and on from its task cursor: the resumed steps ran the tasks an uninterrupted run takes in those
+    # steps (the trainer's seeded order, seed 0), each task once per group member.
+    uninterrupted = TaskCursor(load_tasks(tmp_path / "tasks.jsonl"), seed=0)
+    expected = {
+        step: sorted(task.id for task in uninterrupted.take(2) for _ in range(2)) for step in range(3)
+    }
+    assert len({tuple(ids) for ids in expected.values()}) == 3  # the steps' tasks differ: the check can fail
+    resumed: dict[int, list[str]] = {}
+    for rollout in store.list_rollouts(run="rank-lost", limit=1000):
+        if rollout.id not in before and rollout.mode == "train":
+            resumed.setdefault(rollout.metadata[Meta.STEP], []).append(rollout.task_id)
+    assert {step: sorted(ids) for step, ids in resumed.items()} == {
+        step: ids for step, ids in expected.items() if step >= done
+    }
