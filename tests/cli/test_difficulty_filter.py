@@ -77,12 +77,39 @@ def train_after_probe(probed: tuple[Path, list[str]], run: str, steps: int, *cur
     return trained_tasks(project, run)
 
 
+def pool_sizes(project: Path, run: str) -> list[dict[str, int]]:
+    """The curriculum's pool sizes each train record of the run's metrics.jsonl carries (the dashboard
+    charts them), in step order."""
+    lines = (project / ".tether" / "runs" / run / "metrics.jsonl").read_text().splitlines()
+    steps = [record for record in map(json.loads, lines) if record["kind"] == "train"]
+    assert [record["step"] for record in steps] == list(range(1, len(steps) + 1))
+    pools = []
+    for record in steps:
+        sizes = {
+            key.removeprefix("curriculum."): v for key, v in record.items() if key.startswith("curriculum.")
+        }
+        assert set(sizes) == {"active", "retired", "parked", "mixed"}
+        assert sizes["active"] + sizes["retired"] + sizes["parked"] == len(SOLVED + MIXED + UNSOLVED)
+        assert 0 <= sizes["mixed"] <= sizes["active"]  # mixed tasks are counted among the active ones
+        pools.append(sizes)
+    return pools
+
+
 def test_tasks_solved_k_of_k_in_the_probe_are_not_trained_on(probed: tuple[Path, list[str]]) -> None:
     # 5 steps over 6 tasks would take 5 different ones, a solved one among them, without the filter
     trained = train_after_probe(probed, "retired", 5, "--retire-after", str(K))
     assert trained == set(MIXED + UNSOLVED)
+    pools = pool_sizes(probed[0], "retired")
+    assert len(pools) == 5
+    # From the probe: the solved tasks retired, the mixed ones (1, 0) mixed, nothing parked without
+    # --park-after; no task is solved twice in a row in training, so none retires later.
+    assert pools[0] == {"active": 4, "retired": 2, "parked": 0, "mixed": 2}
+    assert all(sizes["retired"] == 2 and sizes["parked"] == 0 for sizes in pools)
 
 
 def test_with_park_after_only_the_mixed_tasks_are_trained_on(probed: tuple[Path, list[str]]) -> None:
     trained = train_after_probe(probed, "mixed", 3, "--retire-after", str(K), "--park-after", str(K))
     assert trained == set(MIXED)
+    pools = pool_sizes(probed[0], "mixed")
+    assert len(pools) == 3
+    assert pools[0] == {"active": 2, "retired": 2, "parked": 2, "mixed": 2}  # the never-solved parked

@@ -31,6 +31,12 @@ def test_help_explains_the_options(capsys: pytest.CaptureFixture[str]) -> None:
         "--retire-after",
     ):
         assert option in text
+    # --max-staleness throttles generation (the capacity rule) and masks stale tokens; nothing is dropped
+    # after it was generated, as the option once did.
+    staleness = "".join(text.split("--max-staleness N ", 1)[1].split("--seed", 1)[0].split())  # unwrapped
+    assert "dropsamples" not in staleness
+    assert "(N+1)x--tasks-per-stepgroupsgenerateatonce" in staleness
+    assert "maskedoutoftheloss" in staleness
 
 
 @pytest.mark.parametrize(

@@ -155,6 +155,34 @@ def test_dynamic_sampling_refills_up_to_the_cap(tmp_path: Path) -> None:
     assert step["groups_with_signal"] >= 2 or step["groups_generated"] == 4
 
 
+def test_dynamic_sampling_refills_up_to_the_cap_in_async_mode(tmp_path: Path) -> None:
+    # Async: once tasks_per_step groups are in and too few carry signal, more are launched in the places
+    # of those consumed, until the cap; every step of a run with no signal takes the cap's groups.
+    trainer = trainer_for(tmp_path, async_mode=True, steps=2, min_signal_groups=2, max_groups_per_step=5)
+    assert trainer.config.groups_ahead == 4  # fewer than the cap: the refill must launch more
+    result = trainer.fit(CallableAgent(agent_at(1.0)), TASKS, (), constant_reward)
+    steps = [r for r in result.history if r["kind"] == "train"]
+    assert len(steps) == 2
+    for step in steps:
+        assert step["groups_generated"] == 5 and step["groups_with_signal"] == 0
+        assert step["zero_variance_fraction"] == 1.0
+        assert step["rollouts"] == 5 * 3
+        assert step["stale_dropped"] == 0
+        assert "skipped" in step
+    launched = {r.group_id for r in trainer.store.list_rollouts(limit=1000) if r.mode == "train"}
+    assert 2 * 5 <= len(launched) <= 2 * 5 + trainer.config.groups_ahead
+
+    # Varied rewards: the step stops launching once two groups carry signal.
+    varied = trainer_for(
+        tmp_path / "varied", async_mode=True, steps=1, min_signal_groups=2, max_groups_per_step=5
+    )
+    history = varied.fit(CallableAgent(agent_at(1.0)), TASKS, (), length_reward).history
+    step = next(r for r in history if r["kind"] == "train")
+    assert 2 <= step["groups_generated"] <= 5
+    assert step["groups_with_signal"] >= 2 or step["groups_generated"] == 5
+    assert step["groups_generated"] == 2 or step["groups_with_signal"] <= 2
+
+
 @pytest.mark.parametrize("max_staleness", [0, 1])
 def test_async_generation_is_throttled_not_dropped(tmp_path: Path, max_staleness: int) -> None:
     # Groups generate while the trainer updates, at most (max_staleness + 1) x tasks_per_step at once:

@@ -27,6 +27,7 @@ from tether.gateway.upstreams.base import (
     wants_logprobs,
 )
 from tether.gateway.upstreams.sse import sse
+from tether.sampling import unreproducible_parameters
 
 DEFAULT_MAX_TOKENS = 512
 
@@ -50,7 +51,24 @@ def _number(body: dict[str, Any], key: str, default: float, low: float, high: fl
     return float(value)
 
 
+def _refuse_unsupported_sampling(body: dict[str, Any]) -> None:
+    """The engine draws from temperature, top-p and top-k only. A parameter that would reshape the
+    distribution further (a penalty, a logit bias, min-p, ...) is refused by name rather than ignored:
+    ignored, the agent would get answers it did not ask for; the recorded logprobs would still be exact,
+    but no learner could reproduce the distribution the agent asked for either (`tether.sampling`)."""
+    unsupported = unreproducible_parameters(body)
+    if unsupported:
+        raise GatewayError(
+            400,
+            f"the built-in engine samples with temperature, top_p and top_k only and cannot apply "
+            f"{', '.join(unsupported)}: leave {'it' if len(unsupported) == 1 else 'them'} out or send "
+            "the neutral value (an RL learner could not reproduce it either)",
+            param=unsupported[0].partition("=")[0],
+        )
+
+
 def sampling_params(body: dict[str, Any], prompt_len: int, context: int) -> SamplingParams:
+    _refuse_unsupported_sampling(body)
     room = context - prompt_len
     if room <= 0:
         raise GatewayError(

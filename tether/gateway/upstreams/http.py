@@ -22,7 +22,7 @@ from tether.gateway.upstreams.base import (
     wants_logprobs,
 )
 from tether.gateway.upstreams.sse import StreamAborted, StreamAccumulator, sse, sse_events
-from tether.sampling import Sampler
+from tether.sampling import Sampler, unreproducible_parameters
 
 
 @dataclass
@@ -192,11 +192,14 @@ class HTTPUpstream:
 
     def sampler_of(self, body: dict[str, Any]) -> Sampler:
         """The distribution a call was sampled from, by the OpenAI defaults for what it leaves out (the
-        server must not add defaults of its own: managed vLLM runs with `--generation-config vllm`)."""
+        server must not add defaults of its own: managed vLLM runs with `--generation-config vllm`).
+        Parameters the server applies beyond temperature, top-p and top-k (penalties, logit bias, ...) are
+        forwarded as asked and named on the sampler, which RL then refuses (`Sampler.rl_problem`)."""
         sampler = Sampler(
             temperature=_float(body.get("temperature"), 1.0),
             top_p=_float(body.get("top_p"), 1.0),
             top_k=max(int(body.get("top_k") or 0), 0) if isinstance(body.get("top_k"), int) else 0,
+            unreproducible=unreproducible_parameters(body),
         )
         exact = self.config.processed_logprobs or not sampler.processed
         return sampler if exact else replace(sampler, exact=False)
