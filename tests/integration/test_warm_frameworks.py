@@ -24,6 +24,7 @@ AGENTS = {
     "openai-agents": HERE / "agents" / "agents_sdk_agent.py",
     "autogen": HERE / "agents" / "autogen_agent.py",
     "anthropic": HERE / "agents" / "anthropic_agent.py",
+    "mcp": HERE / "agents" / "mcp_warm_agent.py",  # the calc example's, starting its MCP server (stdio)
 }
 TASKS = 3
 
@@ -54,5 +55,8 @@ def test_the_framework_agent_runs_warm_and_every_call_is_recorded(
         for rollout in rollouts:
             (span,) = store.query_spans(rollout_id=rollout.id, limit=100)
             assert span.status == "ok" and span.attributes["choices"][0]["token_ids"]
+            if framework == "mcp":  # the tool the warm agent's own MCP server child listed
+                tools = span.attributes["request"]["tools"]
+                assert [tool["function"]["name"] for tool in tools] == ["calculator"]
     finally:
         store.close()

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 from tests.rigs import GatewayRig
 from tether.runner import (
@@ -16,6 +19,8 @@ from tether.runner import (
     Runner,
     RunnerConfig,
 )
+from tether.runner import warm as warm_module
+from tether.runner.warm import WarmStarts
 from tether.store import RolloutRequest, RolloutStatus, Task
 
 AGENTS = Path(__file__).parent / "agents"
@@ -208,3 +213,24 @@ def test_an_agent_launcher_that_raises_fails_the_attempt_not_the_run(engine_rig:
     outcomes = run(runner, requests_for({"q": 1}, {"q": 2}))
     assert [o.status for o in outcomes] == [RolloutStatus.failed] * 2
     assert all("the sandbox could not be created" in (o.error or "") for o in outcomes)
+
+
+def test_an_attempt_whose_warm_interpreter_died_is_the_runners_loss_and_is_run_again(
+    rig: GatewayRig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each warm interpreter dies right after it forks the agent: the agent is killed and its attempt
+    closed as lost, without using up the rollout's only attempt; the zygote is restarted once, dies again,
+    and the third attempt starts cold and succeeds. No attempt ran the agent twice."""
+    monkeypatch.setattr(warm_module, "ZYGOTE_SCRIPT", AGENTS / "zygote_dies_after_fork.py")
+    warm = WarmStarts()
+    try:
+        agent = CommandAgent(f"{PYTHON} {AGENTS / 'warm_probe.py'} report", warm=warm)
+        (outcome,) = run(make_runner(rig, agent), requests_for({}, max_attempts=1))
+    finally:
+        warm.close()
+    assert outcome.status == RolloutStatus.succeeded and outcome.attempts == 3
+    attempts = rig.store.list_attempts(outcome.rollout_id)
+    assert [a.status for a in attempts] == [RolloutStatus.timed_out] * 2 + [RolloutStatus.succeeded]
+    assert all("warm interpreter ended while the agent ran" in (a.error or "") for a in attempts[:2])
+    assert json.loads(rig.store.get_rollout(outcome.rollout_id).output or "{}")["preloaded"] is False
+    assert rig.store.get_rollout(outcome.rollout_id).worker_losses == 2

@@ -5,7 +5,9 @@ exact, the agent starts cold and says why."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import logging
 import os
 import shlex
 import signal
@@ -18,6 +20,7 @@ from typing import Any
 import pytest
 
 from tether.runner import LLM, CommandAgent
+from tether.runner import warm as warm_module
 from tether.runner.agents import AgentResult
 from tether.runner.sandbox import BwrapSandbox, SandboxOptions
 from tether.runner.warm import WarmStarts, python_entry, script_imports
@@ -175,17 +178,71 @@ def test_an_agent_of_another_interpreter_gets_a_zygote_of_that_interpreter(warm:
     assert set(warm.zygotes) == {other}
 
 
-def test_an_import_that_starts_a_thread_starts_cold_and_still_runs(warm: WarmStarts, tmp_path: Path) -> None:
-    (tmp_path / "threaded_import.py").write_text(
-        "import threading, time\n"
-        "threading.Thread(target=time.sleep, args=(3600,), name='import-time-worker', daemon=True).start()\n"
-    )
+def cold_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "starts cold" in r.getMessage()]
+
+
+@pytest.mark.parametrize(
+    ("source", "why"),
+    [
+        (
+            "import threading, time\n"
+            "threading.Thread(target=time.sleep, args=(3600,), name='import-time-worker', daemon=True)"
+            ".start()\n",
+            "a preloaded module started a thread (import-time-worker)",
+        ),
+        # a thread threading.enumerate() does not list (as C code's threads are not): the kernel counts it
+        ("import _thread, time\n_thread.start_new_thread(time.sleep, (3600,))\n", "started 1 native thread"),
+        ("import socket\nHELD = socket.socket()\n", "a preloaded module opened a socket (fd "),
+    ],
+    ids=["thread", "native-thread", "socket"],
+)
+def test_an_import_that_is_not_safe_to_fork_starts_cold_says_why_once_and_still_runs(
+    warm: WarmStarts, tmp_path: Path, caplog: pytest.LogCaptureFixture, source: str, why: str
+) -> None:
+    (tmp_path / "threaded_import.py").write_text(source)
     agent = CommandAgent(
         f"{PYTHON} {AGENTS / 'threaded_agent.py'}", env={"PYTHONPATH": str(tmp_path)}, warm=warm
     )
-    first, second = run(agent), run(agent)
+    with caplog.at_level(logging.WARNING, logger="tether.runner.warm"):
+        first, second = run(agent), run(agent)
     assert first.output == second.output == "cold"
-    assert "import-time-worker" in warm.cold[PYTHON]
+    assert why in warm.cold[PYTHON]
+    (line,) = cold_warnings(caplog)  # one line for the command, not one per rollout
+    assert line == f"--agent-warm: {PYTHON} starts cold: {warm.cold[PYTHON]}"
+
+
+def test_an_agent_whose_helper_imports_tether_runs_warm_without_tether_preloaded(
+    warm: WarmStarts, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The helper is outside the script's folder, so a zygote would preload it (and Tether with it); a
+    module cannot be unloaded, so the zygote starts again without it, and the learned successor too."""
+    (tmp_path / "tether_helper.py").write_text("import tether\n\nVERSION = tether.__version__\n")
+    agent = CommandAgent(
+        f"{PYTHON} {AGENTS / 'tether_helper_agent.py'}", env={"PYTHONPATH": str(tmp_path)}, warm=warm
+    )
+    with caplog.at_level(logging.INFO, logger="tether.runner.warm"):
+        results = [run(agent) for _ in range(3)]
+    for result in results:
+        assert result.ok, result.stderr
+        seen = json.loads(result.output or "{}")
+        assert seen == {"tether": False, "tether_helper": False, "xml.dom.minidom": True, "helper": "0.1.0"}
+    assert PYTHON not in warm.cold and not cold_warnings(caplog)
+    zygote = warm.zygotes[PYTHON]
+    assert zygote.learned and len(warm.retired) == 1  # the successor that learned the run's imports
+    for names in (zygote.modules, zygote.loaded):
+        assert "tether_helper" not in names
+        assert not [name for name in names if name == "tether" or name.startswith("tether.")]
+    assert "xml.dom.minidom" in zygote.loaded
+    assert "tether_helper imports tether; not preloaded" in caplog.text
+
+
+def test_tether_named_to_preload_is_left_out() -> None:
+    starts = WarmStarts(["tether", "tether.runner", "json", "tetherish"])
+    try:
+        assert starts.modules == ["json", "tetherish"]
+    finally:
+        starts.close()
 
 
 def test_a_dead_zygote_is_started_again_once_then_agents_start_cold(warm: WarmStarts) -> None:
@@ -219,6 +276,55 @@ def test_a_zygote_that_dies_mid_rollout_fails_that_attempt_clearly(warm: WarmSta
     result = asyncio.run(kill_the_zygote_meanwhile())
     assert result.error is not None and "warm interpreter ended" in result.error
     assert not result.timed_out
+    assert result.runner_lost  # the runner's failure, not the agent's: the pool gives it a new attempt
+
+
+def test_a_zygote_that_dies_right_after_the_fork_never_runs_the_agent_twice(
+    warm: WarmStarts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The zygote forks and dies before it could answer. The child itself tells Tether its pid, so Tether
+    kills it (and its group) and reports the attempt lost, instead of starting the agent cold beside it."""
+    monkeypatch.setattr(warm_module, "ZYGOTE_SCRIPT", AGENTS / "zygote_dies_after_fork.py")
+    marker = f"7{os.getpid()}"
+    try:
+        result = run(CommandAgent(probe("hang", marker), warm=warm), timeout_s=8)
+        for _ in range(100):
+            if not alive(marker):
+                break
+            time.sleep(0.05)
+        assert not alive(marker), "the warm child outlived its dead zygote"
+        assert not result.timed_out, "the agent was started cold as well"
+        assert result.runner_lost and "warm interpreter ended while the agent ran" in (result.error or "")
+    finally:
+        for pid in alive(marker):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_a_warm_agent_cancelled_at_any_moment_leaves_nothing_running(warm: WarmStarts) -> None:
+    """Cancelled while the zygote forks it, before Tether watches it, or while it runs: a child that told
+    its pid is killed with its group, one that had not yet finds no one to tell and runs nothing."""
+    marker = f"5{os.getpid()}"
+    agent = CommandAgent(probe("hang", marker), warm=warm)
+
+    async def cancel_each_at_another_moment() -> None:
+        await agent.run({}, ENV, LLM_STUB, 0.5)  # the zygote is up
+        for step in range(30):
+            running = asyncio.create_task(agent.run({}, ENV, LLM_STUB, 30))
+            await asyncio.sleep(step * 0.0005)
+            running.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await running
+
+    try:
+        asyncio.run(cancel_each_at_another_moment())
+        for _ in range(100):
+            if not alive(marker):
+                break
+            time.sleep(0.05)
+        assert not alive(marker), "a cancelled warm agent still runs"
+    finally:
+        for pid in alive(marker):
+            os.kill(pid, signal.SIGKILL)
 
 
 def test_sandboxed_and_non_python_agents_start_cold(

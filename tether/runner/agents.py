@@ -44,6 +44,9 @@ class AgentResult:
     error: str | None = None
     stdout: str = ""
     stderr: str = ""
+    # The runner failed under the agent (its warm interpreter died while it ran; its group was killed):
+    # the attempt is the runner's loss, and the pool gives the rollout a new attempt (`Store.abandon`).
+    runner_lost: bool = False
 
     @property
     def ok(self) -> bool:
@@ -203,15 +206,23 @@ class CommandAgent:
             started = await self.warm.fork(
                 command.argv, command.cwd, command.env, zygote_env, command.identity, pipes.child_fds
             )
+        except BaseException:
+            pipes.close()
+            raise
         finally:
             pipes.close_child_ends()
         if started is None:
             pipes.close()
             return None
         out, err = _TailBuffer(), _TailBuffer()
-        stdout, stderr = await pipes.readers()
+        try:
+            stdout, stderr = await pipes.readers()
+        except BaseException:  # cancelled before it was watched: it must not run on unwatched
+            _signal_group(started.pid, signal.SIGKILL)
+            started.close()
+            raise
         pumps = asyncio.gather(_pump(stdout, out), _pump(stderr, err))
-        timed_out, code, error = False, None, None
+        timed_out, code, error, lost = False, None, None, False
         try:
             code = await asyncio.wait_for(started.wait(), timeout_s)
         except TimeoutError:
@@ -219,7 +230,7 @@ class CommandAgent:
             code = await _kill_started(started)
         except ZygoteDied as exc:
             _signal_group(started.pid, signal.SIGKILL)
-            error = str(exc)
+            error, lost = str(exc), True
         except asyncio.CancelledError:
             await _kill_started(started)
             raise
@@ -229,7 +240,9 @@ class CommandAgent:
                 await asyncio.wait_for(pumps, KILL_GRACE_S * 2)
         if code is not None:
             await self.warm.finished(started)
-        return _outcome(out, err, code, timed_out, timeout_s, error)
+        result = _outcome(out, err, code, timed_out, timeout_s, error)
+        result.runner_lost = lost
+        return result
 
     async def _spawn(self, command: Command, program: str, timeout_s: float) -> AgentResult:
         try:

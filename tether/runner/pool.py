@@ -167,7 +167,10 @@ class WorkerPool:
             heartbeat.cancel()
             self._count(-1)
         try:
-            await self._finish(rollout, attempt, result)
+            if result.runner_lost:
+                await self._abandon(rollout, attempt, result.error or "the runner lost the agent")
+            else:
+                await self._finish(rollout, attempt, result)
         except Exception as exc:  # never let one rollout's bookkeeping kill the worker
             log.exception("finishing rollout %s failed", rollout.id)
             await self._close(rollout, attempt, RolloutStatus.failed, None, f"runner error: {exc}")
@@ -217,6 +220,13 @@ class WorkerPool:
         else:
             status = RolloutStatus.succeeded if error is None else RolloutStatus.failed
         await self._close(rollout, attempt, status, result.output, error)
+
+    async def _abandon(self, rollout: Rollout, attempt: int, error: str) -> None:
+        """The runner failed under the agent (not the agent itself): the attempt ends with `error` and the
+        rollout gets a new attempt that does not use up one of its own, as after a lost worker."""
+        log.warning("rollout %s: attempt %d lost: %s; it gets a new attempt", rollout.id, attempt, error)
+        with contextlib.suppress(InvalidTransition, NotFound):
+            await asyncio.to_thread(self.store.abandon, rollout.id, attempt, error)
 
     async def _close(
         self, rollout: Rollout, attempt: int, status: RolloutStatus, output: str | None, error: str | None

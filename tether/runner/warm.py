@@ -5,12 +5,20 @@ start-up and the framework imports.
 Which modules: at first, the agent script's own top-level imports, read from its source
 (`script_imports`); the zygote's first child then writes down every module it had imported by its end
 (the framework's lazy imports too), and a successor zygote that preloads them all takes over, if it is as
-safe to fork. Modules the user names (`--agent-preload`) are taken as they are. The child runs the script
+safe to fork. Modules the user names (`--agent-preload`) are taken as they are. Tether's own modules are
+never preloaded, and a module whose import loads Tether is left out (the zygote starts again without it):
+an agent that imports Tether imports its own copy, as it would cold. The child runs the script
 as `python SCRIPT ARGS` would: argv, `__main__`, cwd, environment, standard streams, exit code, its own
 process group (so timeouts kill its children too). Where a warm start cannot be exact, the agent starts
 cold, with one line that says why: a command that is not `PYTHON SCRIPT.py ...` or `PYTHON -m MODULE
 ...`, a sandbox (each rollout needs its own namespaces, which a fork of a shared zygote does not have), a
 preloaded module that starts a thread or opens a socket, and a zygote that died twice.
+
+A zygote that dies never makes an agent run twice: the forked child tells Tether its pid itself, in its
+own process group already, before it runs any of the agent's code. A fork that got no pid ran nothing
+(the agent starts cold instead); an agent whose zygote died after it started is killed with its group and
+its attempt is the runner's loss (`AgentResult.runner_lost`): the pool closes it and gives the rollout a
+new attempt (`Store.abandon`), never a second run inside the same attempt.
 """
 
 from __future__ import annotations
@@ -28,7 +36,7 @@ import signal
 import socket
 import subprocess
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -140,8 +148,29 @@ class Zygote:
         return os.path.join(self.folder, "zygote.sock")
 
     async def start(self, script_dir: str, env: Mapping[str, str], identity: Mapping[str, Any]) -> str | None:
-        """Start it; None when ready, else why it cannot be used."""
+        """Start it; None when ready, else why it cannot be used. A module whose import loads Tether is
+        dropped and the zygote started again without it (an import cannot be undone in a process)."""
         self.setting = (script_dir, dict(env), dict(identity))
+        while True:
+            answer = await self._start_once(script_dir, env, identity)
+            if isinstance(answer, str):
+                return answer
+            culprit = answer.get("tether")
+            if culprit in self.modules:
+                log.info("warm interpreter for %s: %s imports tether; not preloaded", self.python, culprit)
+                self.modules = [name for name in self.modules if name != culprit]
+                self.stop()
+                continue
+            if "ready" not in answer:
+                self.stop()
+                return str(answer.get("unsafe", answer))
+            self.loaded = list(answer["ready"])
+            return None
+
+    async def _start_once(
+        self, script_dir: str, env: Mapping[str, str], identity: Mapping[str, Any]
+    ) -> dict[str, Any] | str:
+        """Start the process; its first line, or why it did not start."""
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.socket_path)
         argv = [self.python, str(ZYGOTE_SCRIPT), self.socket_path, script_dir, ",".join(self.modules)]
@@ -161,14 +190,9 @@ class Zygote:
             self.stop()
             return f"the warm interpreter did not start: {exc}"
         try:
-            answer = json.loads(first)
-        except ValueError:
-            answer = {"unsafe": f"the warm interpreter did not start ({first[:200]!r})"}
-        if "ready" not in answer:
-            self.stop()
-            return str(answer.get("unsafe", answer))
-        self.loaded = list(answer["ready"])
-        return None
+            return dict(json.loads(first))
+        except (TypeError, ValueError):
+            return {"unsafe": f"the warm interpreter did not start ({first[:200]!r})"}
 
     @property
     def alive(self) -> bool:
@@ -189,12 +213,17 @@ class Zygote:
             connection.setblocking(True)  # one local message with its descriptors, taken at once
             socket.send_fds(connection, [request], list(fds))
             connection.setblocking(False)
-            answer = await lines.next()
+            answer = await lines.next()  # from the child itself: no pid, no agent code ran
         except OSError as exc:
             connection.close()
             raise ZygoteDied(f"the warm interpreter did not take the agent: {exc}") from None
+        except BaseException:  # cancelled: the child, if it started, must not run on unwatched
+            _give_up(lines)
+            raise
         if "pid" not in answer:
             connection.close()
+            if not answer:
+                raise ZygoteDied("the warm interpreter ended before the agent started")
             raise ZygoteDied(f"the warm interpreter refused the agent: {answer.get('error', answer)}")
         return Started(int(answer["pid"]), lines, self.python, learn_path)
 
@@ -213,6 +242,22 @@ class Zygote:
         for stream in (self.process.stdin, self.process.stdout):
             if stream is not None:
                 stream.close()
+
+
+def _give_up(lines: Lines) -> None:
+    """Tether stops waiting for a child it asked for. With the connection shut for reading, a child that
+    has not told its pid yet cannot (it exits and runs nothing); one that has is killed with its group."""
+    data = lines.buffer
+    with contextlib.suppress(OSError):
+        lines.connection.shutdown(socket.SHUT_RD)
+        while chunk := lines.connection.recv(4096):
+            data += chunk
+    lines.close()
+    for line in data.splitlines():
+        with contextlib.suppress(ValueError, TypeError, AttributeError):
+            pid = int(json.loads(line).get("pid"))
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
 
 
 class Lines:
@@ -244,7 +289,7 @@ class WarmStarts:
     starts cold (the reason is logged once)."""
 
     def __init__(self, modules: Sequence[str] | None = None) -> None:
-        self.modules = None if modules is None else list(modules)
+        self.modules = None if modules is None else _without_tether(modules)
         self.zygotes: dict[str, Zygote] = {}
         self.retired: list[Zygote] = []  # replaced by a successor, ending when their agents do
         self.learning: set[str] = set()  # interpreters whose first run is telling what it imports
@@ -368,11 +413,16 @@ def _learned_modules(path: str) -> list[str]:
         names = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return []
-    return [name for name in names if isinstance(name, str)]
+    return _without_tether(name for name in names if isinstance(name, str))
 
 
 def _learned(args: list[str]) -> list[str]:
-    return [] if args[0] == "-m" else script_imports(args[0])
+    return [] if args[0] == "-m" else _without_tether(script_imports(args[0]))
+
+
+def _without_tether(names: Iterable[str]) -> list[str]:
+    """Never preloaded: an agent that imports Tether gets a copy of its own, as it would cold."""
+    return [name for name in names if name != "tether" and not name.startswith("tether.")]
 
 
 def _script_dir(args: list[str]) -> str:

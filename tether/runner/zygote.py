@@ -8,13 +8,17 @@ later), and nothing of Tether: it runs in whatever environment the agent's inter
 
 Protocol, one Unix-socket connection per agent: Tether sends one JSON line
 `{"argv": [...], "cwd": ..., "env": {...}, "learn": PATH or null}` with three file descriptors (stdin,
-stdout, stderr) attached; the zygote answers `{"pid": N}` once the child runs, then `{"status": S, "cpu":
-SECONDS}` (a raw wait status, and the user and system CPU time of the child and its waited-for children)
-when it ends. With `learn`, the child writes the names of every module it had imported by its
-end to PATH, so that Tether can start a zygote that preloads those (`tether/runner/warm.py`). When its
-stdin closes, the zygote takes no more requests and exits once its children have ended.
-Its first line on stdout is `{"ready": [modules]}`, or `{"unsafe": reason}` (then it exits): a module
-that starts a thread or opens a socket at import is not safe to fork.
+stdout, stderr) attached; the child itself answers `{"pid": N}` (in its own process group already, before
+it runs any of the agent's code, so Tether knows what to kill even if the zygote dies right after the
+fork), then the zygote answers `{"status": S, "cpu": SECONDS}` (a raw wait status, and the user and system
+CPU time of the child and its waited-for children) when it ends. With `learn`, the child writes the names
+of every module it had imported by its end to PATH, so that Tether can start a zygote that preloads those
+(`tether/runner/warm.py`). When its stdin closes, the zygote takes no more requests and exits once its
+children have ended.
+Its first line on stdout is `{"ready": [modules]}`; or `{"tether": MODULE}` (then it exits): importing
+MODULE loaded Tether, which no agent may inherit, so Tether starts it again without MODULE; or
+`{"unsafe": reason}` (then it exits): a module that starts a thread (a Python one or a native one) or
+opens a socket at import is not safe to fork.
 """
 
 from __future__ import annotations
@@ -39,28 +43,52 @@ from typing import Any, NoReturn
 MAX_REQUEST_BYTES = 4 * 1024 * 1024
 
 
+class ImportsTether(Exception):
+    """Importing this module (or finding it: a dotted name imports its package) loaded Tether."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+
+def is_tether(name: str) -> bool:
+    return name == "tether" or name.startswith("tether.")
+
+
 def preload(names: list[str], script_dir: str) -> list[str]:
     """Import each module that lives outside the agent's own folder; return those imported. Public
     modules go first: a private C accelerator imported before its package (`_asyncio` before `asyncio`,
     as a sorted list has them) leaves the package half-wired (asyncio then keeps two registries of
-    running tasks, and `asyncio.current_task()` is None inside a task)."""
+    running tasks, and `asyncio.current_task()` is None inside a task). Tether's own modules are never
+    imported; a module whose import loads Tether raises ImportsTether (a module cannot be unloaded: the
+    zygote is started again without it)."""
     loaded = []
+    watch = "tether" not in sys.modules  # else `unsafe_reason` says so: no module is to blame
     for name in sorted(names, key=lambda name: name.startswith("_")):
-        spec = _find(name)
-        if spec is None or _inside(spec.origin, script_dir):
-            continue  # the agent's own modules are imported by each run, as a cold start does
-        try:
-            importlib.import_module(name)
-        except Exception:  # an import that fails here fails (with its message) in the agent itself
+        if is_tether(name):
             continue
-        loaded.append(name)
+        if _import(name, script_dir):
+            loaded.append(name)
+        if watch and "tether" in sys.modules:
+            raise ImportsTether(name)
     return loaded
+
+
+def _import(name: str, script_dir: str) -> bool:
+    spec = _find(name)
+    if spec is None or _inside(spec.origin, script_dir):
+        return False  # the agent's own modules are imported by each run, as a cold start does
+    try:
+        importlib.import_module(name)
+    except Exception:  # an import that fails here fails (with its message) in the agent itself
+        return False
+    return True
 
 
 def _find(name: str) -> ModuleSpec | None:
     try:
         return importlib.util.find_spec(name)
-    except (ImportError, ValueError):
+    except Exception:  # a dotted name imports its package, which may fail in any way
         return None
 
 
@@ -72,15 +100,26 @@ def _inside(origin: str | None, folder: str) -> bool:
 
 def unsafe_reason(listener: socket.socket) -> str | None:
     """Why forking this process would not give each child what a fresh interpreter has, or None."""
-    if "tether" in sys.modules:
-        return "a preloaded module imports tether"
+    if "tether" in sys.modules:  # before any preload (a .pth file, sitecustomize): none can avoid it
+        return "the interpreter imports tether at start-up"
     others = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
     if others:
         return f"a preloaded module started a thread ({', '.join(others)})"
+    tasks = _thread_count()
+    if tasks > 1:  # threads started by C code (or by _thread) are not in threading.enumerate()
+        return f"a preloaded module started {tasks - 1} native thread{'s' if tasks > 2 else ''}"
     sockets = [fd for fd in _open_fds() if fd != listener.fileno() and _is_socket(fd)]
     if sockets:
         return f"a preloaded module opened a socket (fd {sockets[0]})"
     return None
+
+
+def _thread_count() -> int:
+    """The threads of this process, as the kernel counts them (1 where /proc cannot tell)."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return 1
 
 
 def _open_fds() -> list[int]:
@@ -116,8 +155,8 @@ def receive(connection: socket.socket) -> tuple[dict[str, Any], list[int]]:
 
 
 def run_child(request: dict[str, Any], fds: list[int]) -> NoReturn:
-    """In the forked child: become the agent's process, run its code, exit as its interpreter would."""
-    os.setsid()  # its own process group: Tether's timeout kills the group, children included
+    """In the forked child (its own session already): become the agent's process, run its code, exit as
+    its interpreter would."""
     for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -268,12 +307,18 @@ class Zygote:
             return
         pid = os.fork()
         if pid == 0:
+            # Its own process group (Tether's timeout kills the group, children included), then its pid,
+            # from the child itself: if the zygote dies now, Tether still learns whom to kill, and a
+            # child that could not tell Tether (gone, or dead) runs nothing.
+            os.setsid()
+            told = _answer(connection, {"pid": os.getpid()})
             self.close_in_child(connection)
+            if not told:
+                os._exit(1)
             run_child(request, fds)
         for fd in fds:
             os.close(fd)
         self.children[pid] = connection
-        _answer(connection, {"pid": pid})
 
     def close_in_child(self, connection: socket.socket) -> None:
         """The child keeps none of the zygote's descriptors: not the socket, nor another agent's
@@ -304,11 +349,13 @@ class Zygote:
                 connection.close()
 
 
-def _answer(connection: socket.socket, message: dict[str, Any]) -> None:
+def _answer(connection: socket.socket, message: dict[str, Any]) -> bool:
+    """Send one line; False when Tether stopped listening (a running child still runs, reaped as usual)."""
     try:
         connection.sendall(json.dumps(message).encode() + b"\n")
     except OSError:
-        pass  # Tether stopped listening: the child still runs and is reaped as usual
+        return False
+    return True
 
 
 def main() -> int:
@@ -317,7 +364,11 @@ def main() -> int:
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(socket_path)
     listener.listen(64)
-    loaded = preload([name for name in modules.split(",") if name], script_dir)
+    try:
+        loaded = preload([name for name in modules.split(",") if name], script_dir)
+    except ImportsTether as exc:
+        print(json.dumps({"tether": exc.name}), flush=True)
+        return 0
     reason = unsafe_reason(listener)
     print(json.dumps({"unsafe": reason} if reason else {"ready": loaded}), flush=True)
     if reason:
