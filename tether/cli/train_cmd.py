@@ -22,7 +22,7 @@ from tether.cli.common import (
 from tether.cli.plot_cmd import plot
 from tether.cli.progress import held_out_score, step_progress
 from tether.cli.reward_args import reward_setting, rewards_from_args
-from tether.cli.rollout_cmd import AGENT_REWARDS, add_runner_args, load_inputs
+from tether.cli.rollout_cmd import AGENT_REWARDS, add_runner_args, load_inputs, warn_if_the_agent_user_reads
 from tether.cli.secrets import TEACHER_KEY, add_secret_arg, secret_value
 from tether.contracts import ALGORITHMS, POLICY_UPSTREAM
 from tether.project import Project
@@ -149,7 +149,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="keep agents running during updates (pause, drain, swap, resume)",
     )
-    parser.add_argument("--max-staleness", type=int, default=1, help="async: drop samples older than this")
+    parser.add_argument(
+        "--max-staleness",
+        type=int,
+        default=1,
+        metavar="N",
+        help="async: how many policy versions generation may run ahead of the learner. At most "
+        "(N + 1) x --tasks-per-step groups generate at once, so a group is consumed within N updates "
+        "instead of being dropped. Each token is judged by the version that generated it: tokens more than "
+        "N versions behind the learner (in a rollout whose calls spanned swaps) are masked out of the loss",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--wandb",
@@ -324,6 +333,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         val_tasks = load_tasks(args.val_tasks) if args.val_tasks else []
         check_reference_reader(evaluator, val_tasks)
+        if args.val_tasks:
+            warn_if_the_agent_user_reads(args, args.val_tasks, val_tasks)
         group_scorer = _group_scorer(args, evaluator, bool(val_tasks))
         _check_val_reward(args, evaluator, bool(val_tasks))
     except (TaskFileError, RewardError) as exc:
