@@ -167,6 +167,11 @@ def browser() -> Iterator[Any]:
 # `dashboard` first: the training run behind it uses asyncio, which cannot run inside Playwright's loop.
 @pytest.fixture
 def page(dashboard: Dashboard, browser: Any) -> Iterator[Any]:
+    yield from checked_page(browser)
+
+
+def checked_page(browser: Any) -> Iterator[Any]:
+    """A page in a fresh context; the test fails if the page raised a script error."""
     context = browser.new_context(viewport={"width": 1400, "height": 900})
     page = context.new_page()
     errors: list[str] = []

@@ -1,5 +1,6 @@
 """One rollout for the dashboard: attempts, rewards, the span waterfall, each call's messages and tokens,
-and how its calls became transitions (merges, breaks and why, rewards, advantages, loss weights)."""
+each judge's call (what it was shown, its reply and the score it gave), and how its calls became
+transitions (merges, breaks and why, rewards, advantages, loss weights)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 
 from tether.adapters import Transition, TransitionReport, build_transitions
 from tether.algorithms.advantages import AdvantageBatch, assign_advantages
-from tether.contracts import ADVANTAGE_METHODS, CallAttr, is_call_span
+from tether.contracts import ADVANTAGE_METHODS, JUDGE_SPAN, CallAttr, is_call_span
 from tether.dashboard.tokens import TokenDecoder
 from tether.runner.runs import load_run
 from tether.store.base import NotFound, Store
@@ -18,6 +19,7 @@ ALL_SPANS = 100_000
 GROUP_LIMIT = 1000  # rollouts of one group read to compute advantages
 SCALAR_ATTRIBUTES = 12  # attributes of a non-call span shown in the waterfall
 TEXT_LIMIT = 240
+JUDGE_MESSAGE_CHARS = 20_000  # of each message a judge was shown (its reply is given whole)
 
 
 def rollout_detail(store: Store, rollout_id: str) -> dict[str, Any]:
@@ -47,6 +49,7 @@ def _waterfall_row(span: Span) -> dict[str, Any]:
         "message": span.status_message,
         "origin": span.origin,
         "call": is_call_span(span.name),
+        "judge": span.name == JUDGE_SPAN,
     }
     attrs = span.attributes
     if row["call"]:
@@ -108,6 +111,48 @@ def call_detail(store: Store, decoder: TokenDecoder, rollout_id: str, span_id: s
         "prompt_tokens": prompt,
         "response_tokens": response,
     }
+
+
+def judge_detail(store: Store, rollout_id: str, span_id: str) -> dict[str, Any]:
+    """One call of a judge that scored the rollout (`tether.rewards.judge`): the messages it was shown,
+    its reply, and the score it gave (a ranking judge's: the scores of its group's attempts, in the order
+    it saw them), or why it gave none. Never trained on. All of it is text for the page to show as text:
+    the messages and the reply quote what the agent wrote."""
+    spans = store.query_spans(rollout_id=rollout_id, limit=ALL_SPANS)
+    span = next((s for s in spans if s.span_id == span_id and s.name == JUDGE_SPAN), None)
+    if span is None:
+        raise NotFound("judge call", f"{rollout_id}/{span_id}")
+    attrs = span.attributes
+    request = attrs.get("request")
+    if not isinstance(request, dict):
+        request = {}
+    messages = [
+        {"role": str(m.get("role")), **_cut(str(m.get("content") or ""), JUDGE_MESSAGE_CHARS)}
+        for m in request.get("messages") or []
+        if isinstance(m, dict)
+    ]
+    score = attrs.get("score")
+    return {
+        "span_id": span.span_id,
+        "attempt": span.attempt,
+        "model": attrs.get("model"),
+        "url": attrs.get("url"),
+        "status": span.status,
+        "message": span.status_message,
+        "latency_ms": None if span.end_time is None else (span.end_time - span.start_time) * 1000,
+        "reply": attrs.get("reply"),
+        "score": score if _is_number(score) else None,
+        "scores": score if isinstance(score, list) and all(map(_is_number, score)) else None,
+        "messages": messages,
+    }
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _cut(text: str, limit: int) -> dict[str, Any]:
+    return {"content": text[:limit], "chars": len(text), "cut": len(text) > limit}
 
 
 def _tokens(

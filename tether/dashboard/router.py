@@ -14,7 +14,7 @@ from fastapi.staticfiles import StaticFiles
 
 from tether.auth import TokenAuthority, bearer_token
 from tether.dashboard.prompts import prompt_searches
-from tether.dashboard.rollouts import call_detail, rollout_detail, transitions_view
+from tether.dashboard.rollouts import call_detail, judge_detail, rollout_detail, transitions_view
 from tether.dashboard.runs import metrics_path, read_metrics_from, run_summaries
 from tether.dashboard.tokens import TokenDecoder
 from tether.gateway.errors import unauthorized
@@ -118,6 +118,10 @@ def _api_router(
     @router.get("/rollouts/{rollout_id}/calls/{span_id}")
     def call(rollout_id: str, span_id: str, _: Role) -> dict[str, Any]:
         return call_detail(store, decoder, rollout_id, span_id)
+
+    @router.get("/rollouts/{rollout_id}/judge/{span_id}")
+    def judge(rollout_id: str, span_id: str, _: Role) -> dict[str, Any]:
+        return judge_detail(store, rollout_id, span_id)
 
     @router.get("/rollouts/{rollout_id}/transitions")
     def transitions(rollout_id: str, _: Role) -> dict[str, Any]:

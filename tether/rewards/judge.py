@@ -47,6 +47,11 @@ REPLY_CHARS = 400  # of each model reply within the summary
 RETRIED_STATUS = frozenset({429, 500, 502, 503, 504})
 
 
+def timed_out(timeout_s: float, exc: Exception) -> str:
+    """What a call that ran past its timeout says: the limit, and the option that sets it."""
+    return f"timed out after {timeout_s:g} s (--reward-timeout; {type(exc).__name__})"
+
+
 def escape(text: str) -> str:
     """Text that cannot open or close a tag: `&`, `<` and `>` as entities."""
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
@@ -158,6 +163,8 @@ def _ask(
             verdict = parse(reply)
             if verdict is None:
                 problem = f"its answer has no {expected}: {reply[:500]!r}"
+    except httpx.TimeoutException as exc:
+        problem = f"the call failed: {timed_out(endpoint.timeout_s, exc)}"
     except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
         problem = f"the call failed: {type(exc).__name__}: {exc}"
     spans.append(

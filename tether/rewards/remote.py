@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 
 from tether.contracts import is_call_span
-from tether.rewards.judge import RETRIED_STATUS
+from tether.rewards.judge import RETRIED_STATUS, timed_out
 from tether.runner.rewards import RewardError
 from tether.store.models import Span
 
@@ -62,11 +62,15 @@ class RemoteReward:
 
     def __call__(self, task: dict[str, Any], output: str | None, trace: list[Span]) -> dict[str, float]:
         body = {"task": task, "output": output, "calls": call_summaries(trace)}
-        problem = ""
+        problem, tries = "", 0
         with httpx.Client(timeout=self.timeout_s) as client:
             for _ in range(self.retries + 1):
+                tries += 1
                 try:
                     response = client.post(self.url, json=body)
+                except httpx.TimeoutException as exc:
+                    problem = timed_out(self.timeout_s, exc)
+                    continue
                 except httpx.HTTPError as exc:
                     problem = f"{type(exc).__name__}: {exc}"
                     continue
@@ -78,4 +82,5 @@ class RemoteReward:
                 problem = f"status {response.status_code}: {response.text[:300]}"
                 if response.status_code not in RETRIED_STATUS:
                     break
-        raise RewardError(f"reward server {self.url} gave no reward ({problem})")
+        times = "1 try" if tries == 1 else f"{tries} tries"
+        raise RewardError(f"reward server {self.url} gave no reward after {times} ({problem})")

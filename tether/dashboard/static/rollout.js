@@ -1,11 +1,13 @@
 // One rollout: summary, attempts, rewards, output and error; the trace waterfall of all its spans; the
-// selected model call (messages, response, token view); and its transitions.
+// selected model call (messages, response, token view) or judge's call (what it was shown, its reply and
+// the score it gave); and its transitions. Every string from the store goes in as text (el), never as
+// markup: it quotes what agents wrote.
 "use strict";
 
 pages.rollout = async function (view, params, rolloutId) {
   const detail = await api.get(`/rollouts/${encodeURIComponent(rolloutId)}`);
   const r = detail.rollout;
-  const callPanel = el("section", { id: "call", class: "card" }, el("p", { class: "muted" }, "Select a model call in the waterfall."));
+  const callPanel = el("section", { id: "call", class: "card" }, el("p", { class: "muted" }, "Select a model call or a judge's call in the waterfall."));
   const transitionsPanel = el("section", { id: "transitions", class: "card" }, el("h2", {}, "Transitions"), el("p", { class: "muted" }, "Loading…"));
   view.replaceChildren(
     el("h1", {}, "Rollout ", el("code", {}, r.id)),
@@ -27,13 +29,15 @@ pages.rollout = async function (view, params, rolloutId) {
     ),
     el("section", { class: "card" }, el("h2", {}, "Attempts"), attemptsTable(detail.attempts)),
     el("section", { class: "card" }, el("h2", {}, "Rewards"), rewardsTable(detail.rewards)),
-    el("section", { class: "card" }, el("h2", {}, `Trace (${detail.spans.length} spans)`), waterfall(detail.spans, (span) => showCall(callPanel, r.id, span))),
+    el("section", { class: "card" }, el("h2", {}, `Trace (${detail.spans.length} spans)`), waterfall(detail.spans, (span) => (span.judge ? showJudge : showCall)(callPanel, r.id, span))),
     callPanel,
     transitionsPanel,
   );
   performance.mark("tether:rollout-rendered");
   const firstCall = detail.spans.find((span) => span.call);
+  const firstJudge = detail.spans.find((span) => span.judge);
   if (firstCall) showCall(callPanel, r.id, firstCall);
+  else if (firstJudge) showJudge(callPanel, r.id, firstJudge);
   api.get(`/rollouts/${encodeURIComponent(r.id)}/transitions`).then((t) => showTransitions(transitionsPanel, t));
 };
 
@@ -76,16 +80,17 @@ function waterfall(spans, onSelect) {
     const left = ((span.start - start) / total) * 100;
     const width = Math.max((((span.end || span.start) - span.start) / total) * 100, 0.4);
     const ms = span.end ? ((span.end - span.start) * 1000).toFixed(1) + " ms" : "open";
-    const classes = ["bar", span.call ? "call" : "other", span.status];
+    const classes = ["bar", span.call ? "call" : span.judge ? "judge" : "other", span.status];
+    const selectable = span.call || span.judge;
     const label = el("div", { class: "label", style: `padding-left:${depth.get(span.span_id) * 0.8}rem` }, span.name, el("span", { class: "muted" }, ` ${span.origin}`));
     const row = el(
       "div",
-      { class: "wf-row", dataset: { span: span.span_id }, role: span.call ? "button" : null, tabindex: span.call ? "0" : null },
+      { class: "wf-row", dataset: { span: span.span_id }, role: selectable ? "button" : null, tabindex: selectable ? "0" : null },
       label,
       el("div", { class: "track" }, el("div", { class: classes.join(" "), style: `left:${left}%;width:${width}%`, title: `${span.name} · ${ms} · ${span.status}` })),
       el("div", { class: "ms num" }, ms),
     );
-    if (span.call) {
+    if (selectable) {
       row.addEventListener("click", () => onSelect(span));
       row.addEventListener("keydown", (event) => event.key === "Enter" && onSelect(span));
     }
@@ -111,12 +116,21 @@ function spanDepths(spans) {
   return depth;
 }
 
-async function showCall(panel, rolloutId, span) {
+// Marks the span's row selected and the panel as showing it; false once another span was selected since
+// (a slower answer for an earlier click must not replace the later one's).
+function select(panel, span) {
   document.querySelectorAll(".wf-row.selected").forEach((row) => row.classList.remove("selected"));
-  const row = document.querySelector(`.wf-row[data-span="${span.span_id}"]`);
+  const row = document.querySelector(`.wf-row[data-span="${CSS.escape(span.span_id)}"]`);
   if (row) row.classList.add("selected");
+  panel.dataset.showing = span.span_id;
   panel.replaceChildren(el("p", { class: "muted" }, "Loading call…"));
+  return () => panel.dataset.showing === span.span_id;
+}
+
+async function showCall(panel, rolloutId, span) {
+  const current = select(panel, span);
   const call = await api.get(`/rollouts/${encodeURIComponent(rolloutId)}/calls/${encodeURIComponent(span.span_id)}`);
+  if (!current()) return;
   const request = call.request || {};
   const messages = request.messages || request.input || request.prompt;
   panel.replaceChildren(
@@ -136,6 +150,46 @@ async function showCall(panel, rolloutId, span) {
     el("h4", {}, `Response (${call.response_tokens.length})`),
     tokenView(call.response_tokens, "response tokens"),
   );
+}
+
+// A judge's call: never trained on, shown so a rollout's score can be read with its reasons.
+async function showJudge(panel, rolloutId, span) {
+  const current = select(panel, span);
+  const judge = await api.get(`/rollouts/${encodeURIComponent(rolloutId)}/judge/${encodeURIComponent(span.span_id)}`);
+  if (!current()) return;
+  const ranked = Array.isArray(judge.scores);
+  const given = ranked ? judge.scores.map((score, i) => `${i + 1}: ${fmt(score)}`).join(" · ") : fmt(judge.score);
+  const parts = [
+    el("h2", {}, "Judge call ", el("code", {}, judge.span_id)),
+    el("p", { class: "muted" }, "The judge's own call while it scored this rollout: never trained on."),
+    facts([
+      ["model", judge.model],
+      ["endpoint", judge.url],
+      ["attempt", fmt(judge.attempt)],
+      ["status", el("span", { class: `status ${judge.status}` }, judge.status)],
+      ["latency", judge.latency_ms === null ? "–" : `${fmt(judge.latency_ms, 1)} ms`],
+      [ranked ? "group scores" : "score", el("span", { id: "judge-score" }, given)],
+    ]),
+    ranked ? el("p", { class: "muted" }, "A ranking judge's scores of its group's attempts, in the order it was shown them (the rewards above hold this rollout's own).") : null,
+    judge.message ? el("h3", {}, "Why it gave no score") : null,
+    judge.message ? el("pre", { id: "judge-error", class: "text error" }, judge.message) : null,
+    el("h3", {}, "Reply"),
+    el("pre", { id: "judge-reply", class: "text" }, judge.reply ?? "– (no reply)"),
+    el("h3", {}, "What the judge was shown"),
+    el(
+      "div",
+      { id: "judge-prompt" },
+      judge.messages.map((m) =>
+        el(
+          "details",
+          { open: m.role === "user" },
+          el("summary", {}, m.role, el("span", { class: "muted" }, ` · ${m.chars} characters${m.cut ? ", cut" : ""}`)),
+          el("pre", { class: "text" }, m.content),
+        ),
+      ),
+    ),
+  ];
+  panel.replaceChildren(...parts.filter((part) => part !== null));
 }
 
 function showTransitions(panel, view) {
