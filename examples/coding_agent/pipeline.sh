@@ -17,7 +17,7 @@ teacher=examples/coding_agent/teacher.py
 mkdir -p "$project"
 # The sdist is kept in $project/sdist (hidden from sandboxed agents with the rest of the project).
 python examples/coding_agent/tasks.py --out-dir "$project/data" --train "${CODING_TRAIN:-200}" \
-  --val "${CODING_VAL:-30}" --seed 0
+  --val "${CODING_VAL:-50}" --seed 0
 train_tasks=$project/data/train.jsonl
 val_tasks=$project/data/val.jsonl
 declare -A size=([MODEL]=smollm2-135m [DEMOS]=60 [TEACHER_WORKERS]=4 [SFT_STEPS]=20 [SFT_BATCH]=4 [LR]=3e-4

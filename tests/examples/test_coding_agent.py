@@ -145,6 +145,7 @@ def test_the_generator_keeps_only_mutants_that_fail_tests_and_splits_by_module(g
         files = working_files(task)
         assert files[reference["file"]].decode().count(reference["buggy"]) == 1
         assert not any(path in files for path in hidden_files(task) if path.endswith(".py"))  # no test code
+        assert not [path for path in files if ".git" in path.split("/")]  # no history to read the fix from
         assert set(task) == {"id", "issue", "library", "repo", "reference"} and set(task["repo"]) == {
             "name",
             "archive",
