@@ -41,6 +41,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tether.runner.zygote import is_tether
+
 ZYGOTE_SCRIPT = Path(__file__).with_name("zygote.py")
 READY_TIMEOUT_S = 120.0  # the imports of a large framework, on a busy machine
 RESTARTS = 1  # a zygote that dies is started again once; after that, cold starts
@@ -422,7 +424,7 @@ def _learned(args: list[str]) -> list[str]:
 
 def _without_tether(names: Iterable[str]) -> list[str]:
     """Never preloaded: an agent that imports Tether gets a copy of its own, as it would cold."""
-    return [name for name in names if name != "tether" and not name.startswith("tether.")]
+    return [name for name in names if not is_tether(name)]
 
 
 def _script_dir(args: list[str]) -> str:
