@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import orjson
+import pytest
 
 from tether.cli.main import main
 from tether.store import RolloutStatus, SQLiteStore
@@ -151,3 +152,24 @@ def test_a_step_that_meets_a_task_twice_runs_two_groups_of_it(tmp_path: Path) ->
     assert len(rollouts) == 3 * 5 * 2
     groups = {r.group_id for r in rollouts}
     assert len(groups) == 15 and any("~1@" in g for g in groups)
+
+
+def test_time_budget_stops_updates_and_counts_resumed_starts(tmp_path: Path) -> None:
+    """Each step's agent sleeps 1 s, so one step spends a 0.5 s budget: the run stops after it, short of
+    --steps, and the same command again (a resume) finds the budget spent and trains no further step."""
+    args = [*train_args(tmp_path, steps=5, sleep=1.0), "--time-budget", "0.5"]
+    assert main(args) == 0
+    (run_dir,) = (tmp_path / ".tether" / "runs").iterdir()
+    assert train_steps(run_dir) == [1]
+    records = [orjson.loads(line) for line in (run_dir / "metrics.jsonl").read_bytes().splitlines()]
+    assert [r["step_seconds"] >= 1.0 for r in records if r["kind"] == "train"] == [True]
+
+    assert main(args) == 0
+    assert train_steps(run_dir) == [1]
+    assert main([*train_args(tmp_path, steps=5, sleep=1.0), "--time-budget", "60"]) == 0
+    assert train_steps(run_dir) == [1, 2, 3, 4, 5]  # a larger budget lets --steps decide again
+
+
+def test_time_budget_must_be_positive(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match="--time-budget must be a positive"):
+        main([*train_args(tmp_path, steps=1), "--time-budget", "0"])

@@ -88,6 +88,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_secret_arg(parser, TEACHER_KEY)
     parser.add_argument("--steps", type=int, default=20, help="policy updates")
     parser.add_argument(
+        "--time-budget",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="stop updating once the training steps (rollouts, teacher scoring, updates; not "
+        "validations) have taken this many wall-clock seconds, whichever of this and --steps comes "
+        "first; a resumed run counts its earlier starts' steps. Compares algorithms at equal time",
+    )
+    parser.add_argument(
         "--from-run",
         metavar="NAME",
         default=None,
@@ -369,6 +378,7 @@ def run(args: argparse.Namespace) -> int:
             timeout_s=args.timeout,
             max_attempts=args.max_attempts,
             val_every=args.val_every,
+            time_budget_s=args.time_budget,
             checkpoint_every=args.checkpoint_every,
             merge=not args.no_merge,
             agents=args.train_agent,

@@ -79,6 +79,9 @@ class TrainerConfig:
     timeout_s: float = 120.0
     max_attempts: int = 1
     val_every: int = 5  # 0: only before and after
+    # Stop updating once the training steps (rollouts, teacher, update, swap; not validation) have taken
+    # this many wall-clock seconds in all, resumed starts included. None: `steps` alone decides.
+    time_budget_s: float | None = None
     val_temperature: float = 0.0
     checkpoint_every: int = 5
     merge: bool = True
@@ -156,6 +159,8 @@ class TrainerConfig:
             )
         if self.max_staleness < 0:
             raise ValueError("--max-staleness must be >= 0")
+        if self.time_budget_s is not None and self.time_budget_s <= 0:
+            raise ValueError("--time-budget must be a positive number of seconds")
 
     @property
     def groups_ahead(self) -> int:
@@ -332,6 +337,7 @@ class _Session:
     # Demonstration transitions, one list per rollout, and the cursor that walks them.
     demonstrations: TaskCursor[list[Transition]] = field(init=False)
     step: int = 0
+    step_started: float = field(init=False, default=0.0)  # monotonic start of the step being collected
     # Every update runs on this one thread: torch's CPU allocations then stay in one malloc arena
     # instead of each pool thread keeping its own multi-GB arena (measured: 15 GB vs 6 GB peak).
     update_thread: ThreadPoolExecutor = field(init=False)
@@ -361,7 +367,8 @@ class _Session:
         self.runner.start()
         try:
             val_before = await self.validate() if self.step == 0 else self._last_val()
-            while self.step < self.config.sft_steps:
+            self.step_started = time.monotonic()
+            while self.step < self.config.sft_steps and not self._out_of_time():
                 await self._update(*self._demonstration_batch())
             if self.config.async_mode:
                 await self._train_async()
@@ -546,6 +553,7 @@ class _Session:
             record["skipped"] = "every group had the same reward: nothing to learn from this batch"
         self.step += 1
         record["policy_version_after"] = self.server.policy_version
+        record["step_seconds"] = time.monotonic() - self.step_started
         self.trainer.record(record)
         if self.step < self.config.total_steps and (
             (self.config.val_every and self.step % self.config.val_every == 0)
@@ -554,6 +562,7 @@ class _Session:
             await self.validate()
         if self.config.checkpoint_every and self.step % self.config.checkpoint_every == 0:
             await self._on_update_thread(self._checkpoint)
+        self.step_started = time.monotonic()
 
     async def _on_update_thread(self, function: Callable[..., Any], *args: Any) -> Any:
         result = await asyncio.get_running_loop().run_in_executor(self.update_thread, function, *args)
@@ -596,8 +605,20 @@ class _Session:
             console.print(f"[green]stopping at step {self.step}: {exc}[/]")
             return None
 
+    def _out_of_time(self) -> bool:
+        """Whether --time-budget is spent: the steps' own seconds in the history, so a resumed run counts
+        what its earlier starts trained, and validations do not count."""
+        budget = self.config.time_budget_s
+        if budget is None:
+            return False
+        spent = sum(r.get("step_seconds", 0.0) for r in self.trainer.history if r.get("kind") == "train")
+        if spent < budget:
+            return False
+        console.print(f"[green]stopping at step {self.step}: the time budget of {budget:g} s is spent[/]")
+        return True
+
     async def _train_sync(self) -> None:
-        while self.step < self.config.total_steps:
+        while self.step < self.config.total_steps and not self._out_of_time():
             groups: list[tuple[list[Transition], dict[str, Any]]] = []
             wanted = self.config.tasks_per_step
             while wanted > 0:
@@ -653,7 +674,7 @@ class _Session:
                 pass
 
         try:
-            while self.step < self.config.total_steps:
+            while self.step < self.config.total_steps and not self._out_of_time():
                 fill()
                 done: list[tuple[list[Transition], dict[str, Any]]] = []
                 while in_flight:
