@@ -173,3 +173,18 @@ def test_time_budget_stops_updates_and_counts_resumed_starts(tmp_path: Path) -> 
 def test_time_budget_must_be_positive(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match="--time-budget must be a positive"):
         main([*train_args(tmp_path, steps=1), "--time-budget", "0"])
+
+
+def test_two_policies_from_the_command_line_train_and_name_their_run(tmp_path: Path) -> None:
+    args = train_args(tmp_path, steps=1)
+    args[args.index("--agent") + 1] = f"{sys.executable} {AGENTS / 'two_role_agent.py'}"
+    args[args.index("--reward") + 1] = f"{AGENTS / 'reward.py'}:length"
+    assert main([*args, "--policy", "writer=lora:r4", "--policy", "rewriter=lora:r8:lr=1e-3"]) == 0
+    (run_dir,) = (tmp_path / ".tether" / "runs").iterdir()
+    (record,) = [orjson.loads(line) for line in (run_dir / "metrics.jsonl").read_bytes().splitlines()]
+    assert record["policy_version.writer"] == record["policy_version.rewriter"] == 1
+    assert record["train.rewriter.lr"] == pytest.approx(1e-3)
+    assert sorted(p.name for p in (run_dir / "policies").iterdir()) == ["rewriter", "writer"]
+
+    with pytest.raises(SystemExit, match="only LoRA policies"):
+        main([*args, "--policy", "writer=full"])

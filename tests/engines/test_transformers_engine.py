@@ -407,3 +407,52 @@ def test_length_flushes_held_text(engine: TransformersEngine) -> None:
     deltas, row = feed(engine, ids[:-1], SamplingParams(max_tokens=len(ids) - 1))
     assert row.finish_reason == "length"
     assert "".join(deltas) == row.text == engine.decode(ids[:-1])
+
+
+async def test_policies_share_one_batch_each_with_its_own_adapter_and_version(
+    tiny_path: Path, tmp_path: Path, reference_model
+) -> None:
+    """Two policies' adapters and the base model decode side by side in one batch: each row's tokens and
+    logprobs are those of its own adapter (checked against PEFT alone), each policy has its version, and
+    loading one policy's next version leaves the other's adapter serving."""
+    writer = make_adapter(tiny_path, tmp_path / "writer", seed=1)
+    rewriter = make_adapter(tiny_path, tmp_path / "rewriter", seed=2)
+    engine = TransformersEngine(str(tiny_path), max_batch_size=6)
+    try:
+        assert engine.load_adapter(str(writer), policy="writer") == 1
+        assert engine.load_adapter(str(rewriter), policy_version=4, policy="rewriter") == 4
+        assert engine.policy_version == 0 and engine.version_of("writer") == 1
+        prompts = [prompt_of(engine, text) for text in ("mixed one", "mixed two", "three")]
+        params = SamplingParams(max_tokens=16, temperature=0)
+        calls = [
+            engine.generate(prompt, params, owner=f"o{i}-{policy}", policy=policy)
+            for i, prompt in enumerate(prompts)
+            for policy in ("writer", "rewriter", "policy")
+        ]
+        results = await asyncio.gather(*calls)
+        references = {
+            "writer": peft_reference(tiny_path, writer),
+            "rewriter": peft_reference(tiny_path, rewriter),
+            "policy": reference_model,
+        }
+        expected_versions = {"writer": 1, "rewriter": 4, "policy": 0}
+        for index, (generation, version) in enumerate(results):
+            prompt, policy = prompts[index // 3], ("writer", "rewriter", "policy")[index % 3]
+            assert version == expected_versions[policy]
+            assert_close(
+                generation.logprobs, reference_logprobs(references[policy], prompt, generation.token_ids)
+            )
+        by_policy = [results[i][0].token_ids for i in range(3)]
+        assert by_policy[0] != by_policy[1] != by_policy[2]
+
+        assert engine.load_adapter(str(rewriter), policy="writer") == 2  # the writer now samples as rewriter
+        again, version = await engine.generate(prompts[0], params, policy="writer")
+        assert version == 2 and again.token_ids == results[1][0].token_ids
+        kept, version = await engine.generate(prompts[0], params, policy="rewriter")
+        assert version == 4 and kept.token_ids == results[1][0].token_ids
+        scored = await engine.score(prompts[0] + by_policy[0], policy="policy")  # the base model's view
+        base_view = reference_logprobs(reference_model, prompts[0], by_policy[0])
+        assert_close(scored[len(prompts[0]) - 1 :], base_view)
+        assert base_view != results[0][0].logprobs
+    finally:
+        engine.close()

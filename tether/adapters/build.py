@@ -102,6 +102,7 @@ class _Call:
     index: int
     attempt: int | None
     agent: str | None
+    policy: str | None  # the upstream that generated it: the policy whose adapter sampled it
     policy_version: int | None
     prompt_ids: list[int]
     response_ids: list[int]
@@ -135,6 +136,8 @@ class _Chain:
     def break_reason(self, call: _Call) -> str | None:
         if call.agent != self.first.agent:
             return "agent_changed"
+        if call.policy != self.first.policy:
+            return "policy_changed"  # one transition trains one policy
         if call.attempt != self.first.attempt:
             return "attempt_changed"
         if call.sampler != self.first.sampler:
@@ -163,6 +166,7 @@ class _Chain:
             attempt=self.first.attempt,
             call_index=self.first.index,
             agent=self.first.agent,
+            policy=self.first.policy,
             policy_version=min(known) if known else None,
             prompt_ids=list(self.first.prompt_ids),
             response_ids=self.response_ids,
@@ -389,6 +393,7 @@ def _read_call(span: Span, index: int, attempt: int | None, agents: _AgentFilter
         index=index,
         attempt=attempt,
         agent=agent,
+        policy=attrs.get(CallAttr.UPSTREAM),
         policy_version=attrs.get(CallAttr.POLICY_VERSION),
         prompt_ids=[int(t) for t in prompt_ids],
         response_ids=[int(t) for t in response_ids],

@@ -168,6 +168,7 @@ def _rendered_call(
         index=index,
         attempt=attempt,
         agent=attrs.get(CallAttr.AGENT),
+        policy=None,  # another model's call: imitated by the policy its agent maps to
         policy_version=None,
         prompt_ids=prompt_ids,
         response_ids=response_ids,

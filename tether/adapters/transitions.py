@@ -42,6 +42,9 @@ class Transition:
     # for calls of unknown version); empty when no call's version is known. A merged transition's calls
     # may come from different versions: staleness is judged per token (`stale_tokens_masked`).
     response_versions: list[int | None] = field(default_factory=list)
+    # The policy (the gateway upstream) whose calls these are; in a run of several policies each policy's
+    # update trains only its own transitions.
+    policy: str | None = None
 
     @property
     def merged_calls(self) -> int:

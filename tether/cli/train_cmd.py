@@ -31,6 +31,7 @@ from tether.rewards.rank import GroupScorer
 from tether.runner import RewardError, TaskFileError, load_tasks
 from tether.runner.rewards import check_reference_reader
 from tether.trainer.curriculum import add_curriculum_args, curriculum_config
+from tether.trainer.policies import PolicySpec, PolicySpecError, parse_policy
 
 if TYPE_CHECKING:
     from tether.store import Store, Task
@@ -143,6 +144,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         metavar="NAME",
         help="train only the calls of this agent name (repeatable; default all). An agent is named by "
         "its X-Tether-Agent header, an enclosing OpenTelemetry span's agent name, or its model alias",
+    )
+    parser.add_argument(
+        "--policy",
+        action="append",
+        default=None,
+        metavar="NAME=lora:rR[:lr=X]",
+        help="train a LoRA adapter of its own for the agent that asks for model NAME (repeatable): each "
+        "policy has its own adapter, optimizer, learning rate (default --lr), versions, weights "
+        "(policies/NAME/vN) and metrics (train.NAME.*); all share the base model and decode in one "
+        "batch. The rollout's reward is shared by its agents, each policy's update sees only its own "
+        "calls. With --policy every model name the agent asks for must be a policy or a --fixed-agent. "
+        "Default: one policy trained on every call that is not fixed",
     )
     parser.add_argument(
         "--fixed-agent",
@@ -279,6 +292,13 @@ def _train_sampling(args: argparse.Namespace) -> dict[str, float]:
     return forced
 
 
+def _policies(values: list[str]) -> list[PolicySpec]:
+    try:
+        return [parse_policy(value) for value in values]
+    except PolicySpecError as exc:
+        raise SystemExit(f"tether train: {exc}") from None
+
+
 def _fixed_agents(values: list[str]) -> dict[str, str | None]:
     fixed: dict[str, str | None] = {}
     for value in values:
@@ -322,6 +342,8 @@ def _command_line(args: argparse.Namespace) -> tuple[dict[str, object], dict[str
     }
     # Forced sampling shapes the rollouts; named only when given, so earlier runs keep their names.
     shape.update({k: v for k, v in _train_sampling(args).items()})
+    if args.policy:  # named only when given, so earlier runs keep their names
+        shape["policies"] = sorted(args.policy)
     named = {
         **shape,
         "agent": args.agent,
@@ -383,6 +405,7 @@ def run(args: argparse.Namespace) -> int:
             merge=not args.no_merge,
             agents=args.train_agent,
             fixed_agents=_fixed_agents(args.fixed_agent or []),
+            policies=_policies(args.policy or []),
             async_mode=args.async_mode,
             max_staleness=args.max_staleness,
             from_run=args.from_run,

@@ -12,7 +12,11 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from tether.contracts import POLICY_UPSTREAM
 from tether.sampling import Sampler
+
+# The policy a request samples from when it names none: the one a single-policy run trains.
+DEFAULT_POLICY = POLICY_UPSTREAM
 
 
 @dataclass
@@ -58,8 +62,16 @@ class GenerationDone:
 class Engine(Protocol):
     """What the gateway's engine upstream and the trainer use of an in-process engine."""
 
-    policy_version: int  # the version of the policy that generates from now on
     max_context: int  # prompt plus completion, in tokens
+
+    @property
+    def policy_version(self) -> int:
+        """The version the default policy generates with from now on (0: the base model)."""
+        ...
+
+    def version_of(self, policy: str) -> int:
+        """The version of a named policy (several LoRA adapters share the base weights)."""
+        ...
 
     def chat_prompt_ids(
         self,
@@ -79,9 +91,14 @@ class Engine(Protocol):
     def decode(self, token_ids: list[int]) -> str: ...
 
     async def generate(
-        self, prompt_ids: list[int], params: SamplingParams, *, owner: str | None = None
+        self,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        *,
+        owner: str | None = None,
+        policy: str = DEFAULT_POLICY,
     ) -> tuple[Generation, int]:
-        """Generate one completion. Returns it with the policy version that produced it.
+        """Generate one completion with `policy`. Returns it with the policy version that produced it.
 
         `owner` names whom the request is for (the gateway passes the rollout id): an engine shares
         its batch fairly across owners, so that one owner's long requests do not starve another's.
@@ -89,21 +106,28 @@ class Engine(Protocol):
         ...
 
     def stream(
-        self, prompt_ids: list[int], params: SamplingParams, *, owner: str | None = None
+        self,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        *,
+        owner: str | None = None,
+        policy: str = DEFAULT_POLICY,
     ) -> AsyncIterator[GeneratedToken | GenerationDone]:
         """Generate one completion token by token; the final item is a GenerationDone. `owner` is as
         for `generate`."""
         ...
 
-    async def score(self, token_ids: list[int]) -> list[float]:
+    async def score(self, token_ids: list[int], policy: str = DEFAULT_POLICY) -> list[float]:
         """The log-probability of each token after the first given the ones before it, under the
         policy's unprocessed distribution (temperature 1, no cut): what a teacher tells a student in
         on-policy distillation. One value fewer than `token_ids`."""
         ...
 
-    async def aload_adapter(self, adapter_path: str, policy_version: int | None = None) -> int:
-        """Make a LoRA adapter the policy, between generations (each one is produced by exactly one
-        version); returns the new policy version (`policy_version`, or the current one plus one)."""
+    async def aload_adapter(
+        self, adapter_path: str, policy_version: int | None = None, policy: str = DEFAULT_POLICY
+    ) -> int:
+        """Make a LoRA adapter what `policy` samples from, between generations (each one is produced by
+        exactly one version); returns its new version (`policy_version`, or the current one plus one)."""
         ...
 
     def close(self) -> None:

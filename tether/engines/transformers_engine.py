@@ -24,6 +24,12 @@ that batch to drain, and the fair order applies when the next batch starts.
 Adapter swaps take the model lock, which the worker holds from the first prefill of a batch until
 its last row finishes, and no new rows are admitted while a swap waits: every generation is
 produced by exactly one policy version.
+
+Several policies share the base weights: each is a LoRA adapter under its own name (`load_adapter(...,
+policy=NAME)`), with its own version counter, and a request names the policy it samples from (the
+default one when it names none; the base model, `BASE_POLICY`, when that policy has no adapter yet).
+One batch holds rows of any policies: when they differ, every forward pass tags each row with its
+adapter (PEFT's mixed-adapter batches), so the base weights run once for all of them.
 """
 
 from __future__ import annotations
@@ -49,7 +55,7 @@ import torch.nn.functional as F
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 from transformers.cache_utils import DynamicLayer
 
-from .base import GeneratedToken, Generation, GenerationDone, SamplingParams
+from .base import DEFAULT_POLICY, GeneratedToken, Generation, GenerationDone, SamplingParams
 from .catalog import CATALOGUE, resolve_model
 from .sampling import draw, processed_logprobs
 from .tools import prepare_messages, template_supports_tools
@@ -59,6 +65,7 @@ log = logging.getLogger(__name__)
 _STOP = object()
 _REPLACEMENT = "\ufffd"
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+BASE_ADAPTER = "__base__"  # PEFT's tag for rows of a mixed batch that run without any adapter
 
 
 class EngineClosedError(RuntimeError):
@@ -72,6 +79,7 @@ class _Request:
     loop: asyncio.AbstractEventLoop
     results: asyncio.Queue[Any]
     owner: str | None = None
+    policy: str = DEFAULT_POLICY
     cancelled: bool = False
     arrival: int = 0  # the worker's count of requests received before this one
 
@@ -170,7 +178,7 @@ class TransformersEngine:
         if threads:
             torch.set_num_threads(threads)
         self.name = name or (model if model in CATALOGUE else Path(model).name)
-        self.policy_version = 0
+        self.versions: dict[str, int] = {DEFAULT_POLICY: 0}  # policy -> the version it serves now
         self.max_batch_size = max(1, max_batch_size)
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.path = resolve_model(model, cache_dir)
@@ -181,7 +189,7 @@ class TransformersEngine:
         self.vocab_size = int(self.model.get_input_embeddings().num_embeddings)
         self.eos_token_ids = _eos_ids(self.tokenizer, self.model)
         self.pad_token_id = _pad_id(self.tokenizer, self.eos_token_ids)
-        self._adapter_name: str | None = None
+        self._adapters: dict[str, str] = {}  # policy -> the PEFT name of its loaded adapter
         self._model_lock = threading.Lock()
         self._swap_lock = threading.Lock()
         self._swap_requested = threading.Event()
@@ -189,6 +197,15 @@ class TransformersEngine:
         self._closed = False
         self._worker = threading.Thread(target=self._run, name=f"tether-engine-{self.name}", daemon=True)
         self._worker.start()
+
+    @property
+    def policy_version(self) -> int:
+        """The default policy's version (0: the base model)."""
+        return self.versions[DEFAULT_POLICY]
+
+    def version_of(self, policy: str) -> int:
+        """The version `policy` serves now; 0 (the base model) for one never loaded."""
+        return self.versions.get(policy, 0)
 
     def _load_model(self, path: Path, dtype: torch.dtype) -> Any:
         # Seen as a torch module: transformers' `@wraps`-decorated `to` does not type-check as a method.
@@ -226,24 +243,34 @@ class TransformersEngine:
         return text
 
     async def generate(
-        self, prompt_ids: list[int], params: SamplingParams, *, owner: str | None = None
+        self,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        *,
+        owner: str | None = None,
+        policy: str = DEFAULT_POLICY,
     ) -> tuple[Generation, int]:
-        async for item in self.stream(prompt_ids, params, owner=owner):
+        async for item in self.stream(prompt_ids, params, owner=owner, policy=policy):
             if isinstance(item, GenerationDone):
                 return item.generation, item.policy_version
         raise RuntimeError("generation stream ended without a result")
 
     async def stream(
-        self, prompt_ids: list[int], params: SamplingParams, *, owner: str | None = None
+        self,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        *,
+        owner: str | None = None,
+        policy: str = DEFAULT_POLICY,
     ) -> AsyncIterator[GeneratedToken | GenerationDone]:
         """Async generator of GeneratedToken items, ending with a GenerationDone.
 
-        `owner` (a rollout id) is whom admission is fair across. Closing the generator early (break,
-        aclose, task cancellation) cancels the request.
+        `owner` (a rollout id) is whom admission is fair across; `policy` the adapter that samples.
+        Closing the generator early (break, aclose, task cancellation) cancels the request.
         """
         prompt = [int(t) for t in prompt_ids]
         self._validate(prompt, params)
-        request = _Request(prompt, params, asyncio.get_running_loop(), asyncio.Queue(), owner)
+        request = _Request(prompt, params, asyncio.get_running_loop(), asyncio.Queue(), owner, policy)
         self._requests.put(request)
         if not self._worker.is_alive():
             raise EngineClosedError("engine worker is not running")
@@ -282,29 +309,35 @@ class TransformersEngine:
         if params.top_k < 0:
             raise ValueError(f"top_k must be 0 (off) or positive, got {params.top_k}")
 
-    def load_adapter(self, adapter_path: str, policy_version: int | None = None) -> int:
-        """Make the LoRA adapter in `adapter_path` the active policy, between batches. Blocks."""
+    def load_adapter(
+        self, adapter_path: str, policy_version: int | None = None, policy: str = DEFAULT_POLICY
+    ) -> int:
+        """Make the LoRA adapter in `adapter_path` what `policy` samples from, between batches (the
+        other policies' adapters stay). Blocks."""
+        if policy == BASE_ADAPTER:
+            raise ValueError(f"{BASE_ADAPTER!r} is the base model's tag, not a policy name")
         with self._swap_lock:
             self._swap_requested.set()
             try:
                 with self._model_lock:
-                    self._swap_adapter(str(adapter_path))
-                    self.policy_version = (
-                        self.policy_version + 1 if policy_version is None else policy_version
-                    )
-                    return self.policy_version
+                    version = self.version_of(policy) + 1 if policy_version is None else policy_version
+                    self._swap_adapter(str(adapter_path), policy, version)
+                    self.versions[policy] = version
+                    return version
             finally:
                 self._swap_requested.clear()
 
-    async def aload_adapter(self, adapter_path: str, policy_version: int | None = None) -> int:
-        return await asyncio.to_thread(self.load_adapter, adapter_path, policy_version)
+    async def aload_adapter(
+        self, adapter_path: str, policy_version: int | None = None, policy: str = DEFAULT_POLICY
+    ) -> int:
+        return await asyncio.to_thread(self.load_adapter, adapter_path, policy_version, policy)
 
-    async def score(self, token_ids: list[int]) -> list[float]:
+    async def score(self, token_ids: list[int], policy: str = DEFAULT_POLICY) -> list[float]:
         ids = [int(t) for t in token_ids]
         self._validate(ids, SamplingParams(max_tokens=1))
-        return await asyncio.to_thread(self._score, ids)
+        return await asyncio.to_thread(self._score, ids, policy)
 
-    def _score(self, ids: list[int]) -> list[float]:
+    def _score(self, ids: list[int], policy: str) -> list[float]:
         """One forward pass over `ids`, between batches as an adapter swap is (the worker admits nothing
         new while it waits, and the running rows finish first)."""
         with self._swap_lock:
@@ -312,24 +345,38 @@ class TransformersEngine:
             try:
                 with self._model_lock, torch.inference_mode():
                     tokens = torch.tensor([ids], dtype=torch.long, device=self.device)
-                    logits = self.model(input_ids=tokens).logits[0, :-1].float()
+                    logits = self._forward([policy], input_ids=tokens).logits[0, :-1].float()
                     picked = torch.log_softmax(logits, dim=-1).gather(1, tokens[0, 1:, None])
                     return [float(v) for v in picked.squeeze(1).tolist()]
             finally:
                 self._swap_requested.clear()
 
-    def _swap_adapter(self, adapter_path: str) -> None:
+    def _swap_adapter(self, adapter_path: str, policy: str, version: int) -> None:
         from peft import PeftModel
 
-        new_name = f"policy-{self.policy_version + 1}-{time.monotonic_ns()}"
-        if self._adapter_name is None:
+        new_name = f"{policy}-{version}-{time.monotonic_ns()}"
+        if not self._adapters:
             self.model = PeftModel.from_pretrained(self.model, adapter_path, adapter_name=new_name).eval()
         else:
             self.model.load_adapter(adapter_path, adapter_name=new_name, is_trainable=False)
-            self.model.set_adapter(new_name)
-            self.model.delete_adapter(self._adapter_name)
+            old = self._adapters.get(policy)
+            if old is not None:
+                self.model.delete_adapter(old)
+        self._adapters[policy] = new_name
+        self.model.set_adapter(new_name)
         self.model.to(self.device).eval()
-        self._adapter_name = new_name
+
+    def _forward(self, policies: list[str], **inputs: Any) -> Any:
+        """The model's forward pass for rows sampling from `policies` (one per row). Rows of one loaded
+        adapter run it as the active one; any other mix tags each row with its adapter."""
+        names = [self._adapters.get(policy, BASE_ADAPTER) for policy in policies]
+        if not self._adapters:
+            return self.model(**inputs)
+        if len(set(names)) == 1 and names[0] != BASE_ADAPTER:
+            if self.model.active_adapter != names[0]:
+                self.model.set_adapter(names[0])
+            return self.model(**inputs)
+        return self.model(**inputs, adapter_names=names)
 
     def close(self) -> None:
         if self._closed:
@@ -428,7 +475,7 @@ class TransformersEngine:
             else:
                 generator.manual_seed(int(params.seed))
         stops = [s for s in params.stop if s]
-        return _Row(request, generator, self.policy_version, stops)
+        return _Row(request, generator, self.version_of(request.policy), stops)
 
     def _prefill(self, rows: list[_Row]) -> _Batch:
         prompts = [row.request.prompt_ids for row in rows]
@@ -441,7 +488,8 @@ class TransformersEngine:
         ids, mask = ids.to(self.device), mask.to(self.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         cache = DynamicCache(config=self.config)
-        out = self.model(
+        out = self._forward(
+            [row.request.policy for row in rows],
             input_ids=ids,
             attention_mask=mask,
             position_ids=positions,
@@ -457,7 +505,8 @@ class TransformersEngine:
     def _decode_step(self, batch: _Batch) -> None:
         ones = torch.ones((len(batch.rows), 1), dtype=batch.mask.dtype, device=self.device)
         mask = torch.cat([batch.mask, ones], dim=1)
-        out = self.model(
+        out = self._forward(
+            [row.request.policy for row in batch.rows],
             input_ids=batch.last_tokens[:, None],
             attention_mask=mask,
             position_ids=batch.positions[:, None],

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
+from collections import Counter
 from collections.abc import AsyncGenerator, AsyncIterator, Coroutine
 from contextlib import suppress
 from dataclasses import dataclass, field
@@ -91,6 +92,7 @@ class Gateway:
         self.recorder = SpanRecorder(store)
         self.rollouts = RolloutCache(store)
         self.metrics = GatewayMetrics()
+        self.unrouted: Counter[str] = Counter()  # model names refused for want of a route, with counts
         self._admission: Admission | None = None
 
     @property
@@ -168,6 +170,7 @@ class Gateway:
             raise GatewayError(400, "'model' must be a non-empty string", param="model")
         name = self.config.routes.get(model, self.config.routes.get(DEFAULT_ROUTE))
         if name is None:
+            self.unrouted[model] += 1
             known = ", ".join(sorted(k for k in self.config.routes if k != DEFAULT_ROUTE))
             raise GatewayError(
                 404,

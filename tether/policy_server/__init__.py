@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tether.policy_server.base import PolicyServer, PolicyWeights, WeightsKind
+from tether.policy_server.base import PolicyServer, PolicyWeights, ServesSeveralPolicies, WeightsKind
 from tether.registry import Registry
 
 
@@ -65,6 +65,7 @@ __all__ = [
     "PolicyServer",
     "PolicyServerOptions",
     "PolicyWeights",
+    "ServesSeveralPolicies",
     "WeightsKind",
     "kinds",
     "open_policy_server",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Literal, Protocol, runtime_checkable
 
 from tether.gateway.upstreams import Upstream
 
@@ -46,3 +46,19 @@ class PolicyServer(Protocol):
     async def resume(self) -> None: ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class ServesSeveralPolicies(Protocol):
+    """A policy server that also serves several LoRA adapters side by side on one base model, each under
+    its own policy name with its own version (`--policy NAME=lora:rR`)."""
+
+    def policy_upstream(self, policy: str) -> Upstream:
+        """The upstream whose calls sample from `policy`'s adapter (the base model until its first load)."""
+        ...
+
+    def version_of(self, policy: str) -> int: ...
+
+    async def load_policy(self, weights: PolicyWeights, policy: str) -> int:
+        """Serve these weights as `policy` from now on (the other policies keep theirs)."""
+        ...

@@ -41,7 +41,13 @@ from tether.contracts import ALGORITHMS, DEFAULT_ROUTE, DISTILLATION, POLICY_UPS
 from tether.engines.chat_template import ChatTemplate
 from tether.gateway import HTTPUpstream, HTTPUpstreamConfig
 from tether.gateway.upstreams import Upstream
-from tether.policy_server import PolicyServer, PolicyServerOptions, PolicyWeights, open_policy_server
+from tether.policy_server import (
+    PolicyServer,
+    PolicyServerOptions,
+    PolicyWeights,
+    ServesSeveralPolicies,
+    open_policy_server,
+)
 from tether.rewards.rank import GroupScorer
 from tether.runner import AIRRules, Runner, RunnerConfig
 from tether.runner.agents import Agent
@@ -59,6 +65,7 @@ from tether.trainer.cursor import TaskCursor
 from tether.trainer.distill import Teacher, TeacherError, check_teacher, score_transitions
 from tether.trainer.learner import Learner, TrainingDiverged, open_learner
 from tether.trainer.metrics import MetricsLog
+from tether.trainer.policies import PolicySpec, check_policies, policy_of, split_batch
 from tether.trainer.ranking import rank_groups
 from tether.trainer.stages import agent_cpu_seconds, stage_stats
 from tether.trainer.staleness import fresh_transitions
@@ -121,6 +128,9 @@ class TrainerConfig:
     curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
     # algorithm "opd": the teacher that scores every token the policy samples (`tether.trainer.distill`).
     teacher: Teacher | None = None
+    # Several trained policies, a LoRA adapter each, named by the model alias routed to it
+    # (`tether.trainer.policies`); empty: one policy, `policy`, for every alias that is not fixed.
+    policies: list[PolicySpec] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.algorithm not in ALGORITHMS:
@@ -146,6 +156,22 @@ class TrainerConfig:
         both = sorted(set(self.agents or ()) & set(self.fixed_agents))
         if both:
             raise ValueError(f"agents both trained and fixed: {', '.join(both)}")
+        self._check_policies()
+
+    def _check_policies(self) -> None:
+        if not self.policies:
+            return
+        check_policies(self.policies, self.fixed_agents)
+        if self.policy_server != "builtin" or self.learner != "local":
+            raise ValueError(
+                "several policies (--policy) are served by the built-in engine and trained by the local "
+                "learner for now: drop --policy-server/--vllm and --ray-learner, or train one policy"
+            )
+
+    @property
+    def policy_names(self) -> list[str]:
+        """The trained policies' names: `policy` alone unless several are declared."""
+        return [spec.name for spec in self.policies] or [POLICY_UPSTREAM]
 
     def _check_sampling(self) -> None:
         if self.min_signal_groups < 0:
@@ -203,7 +229,8 @@ class FitResult:
 
 class Trainer:
     """`Trainer(config, run_dir, store, auth).fit(agent, train_tasks, val_tasks, evaluator)` trains an
-    unmodified agent. The policy server and the learner are opened from `config` unless given."""
+    unmodified agent. The policy server and the learner (`learners`, by policy name, with several
+    policies) are opened from `config` unless given."""
 
     def __init__(
         self,
@@ -214,6 +241,7 @@ class Trainer:
         *,
         policy_server: PolicyServer | None = None,
         learner: Learner | None = None,
+        learners: dict[str, Learner] | None = None,
         run: RunRecord | None = None,
         pools: PoolFactory | None = None,
         host: str = "127.0.0.1",
@@ -226,6 +254,7 @@ class Trainer:
         self.auth = auth
         self.policy_server = policy_server
         self.learner = learner
+        self.learners = learners  # several policies' learners, by name (else opened from config)
         self.run = run
         self.log = MetricsLog(run_dir, config.wandb_project)
         self.history: list[dict[str, Any]] = []
@@ -250,14 +279,15 @@ class Trainer:
         opened: list[PolicyServer] = []
         with console.status(f"loading {config.model} for serving and for training ..."):
             server = self.policy_server or self._open_server(POLICY_UPSTREAM, opened)
-            learner = self.learner or open_learner(config.learner, config.policy)
+            learners = self._learners()
         try:
             upstreams, routes = self._fixed_upstreams(opened)
+            policy_upstreams, policy_routes = self._policy_upstreams(server)
             with local_stack(
                 self.store,
                 self.auth,
-                [server.upstream(), *upstreams],
-                routes=routes,
+                [*policy_upstreams, *upstreams],
+                routes={**routes, **policy_routes},
                 hold_limit_s=600,
                 host=self.host,
             ) as stack:
@@ -277,8 +307,9 @@ class Trainer:
                     pools=self.pools,
                 )
                 session = _Session(
-                    self, server, learner, runner, stack.url, train_tasks, val_tasks, group_scorer
+                    self, server, learners, runner, stack.url, train_tasks, val_tasks, group_scorer
                 )
+                session.unrouted = stack.gateway.unrouted
                 return asyncio.run(session.run(resume))
         finally:
             for opened_server in opened:
@@ -297,11 +328,39 @@ class Trainer:
         opened.append(server)
         return server
 
+    def _learners(self) -> dict[str, Learner]:
+        """One learner per trained policy, each with its own adapter and optimizer."""
+        config = self.config
+        if not config.policies:
+            return {POLICY_UPSTREAM: self.learner or open_learner(config.learner, config.policy)}
+        if self.learners is not None:
+            if set(self.learners) != set(config.policy_names):
+                raise ValueError(
+                    f"learners given for {sorted(self.learners)}, policies {config.policy_names}"
+                )
+            return self.learners
+        if self.learner is not None:
+            raise ValueError("a learner given to Trainer trains one policy: give learners= for several")
+        return {
+            spec.name: open_learner(config.learner, spec.train_config(config.policy))
+            for spec in config.policies
+        }
+
+    def _policy_upstreams(self, server: PolicyServer) -> tuple[list[Upstream], dict[str, str]]:
+        """The trained policies' upstreams and routes. With several, each alias routes to its own
+        adapter and no other alias is served (the default route is dropped: `unrouted` names them)."""
+        if not self.config.policies:
+            return [server.upstream()], {}
+        if not isinstance(server, ServesSeveralPolicies):
+            raise ValueError(f"{type(server).__name__} serves one policy: several need the built-in engine")
+        names = self.config.policy_names
+        return [server.policy_upstream(name) for name in names], {name: name for name in names}
+
     def _fixed_upstreams(self, opened: list[PolicyServer]) -> tuple[list[Upstream], dict[str, str]]:
         """An upstream per fixed agent's model alias, and the routes to them. The base model (a second,
         frozen copy, never given new weights) is loaded only when some fixed agent uses it."""
         upstreams: list[Upstream] = []
-        routes = {DEFAULT_ROUTE: POLICY_UPSTREAM}
+        routes = {} if self.config.policies else {DEFAULT_ROUTE: POLICY_UPSTREAM}
         base: PolicyServer | None = None
         for alias, url in self.config.fixed_agents.items():
             if url is None:
@@ -327,7 +386,7 @@ class Trainer:
 class _Session:
     trainer: Trainer
     server: PolicyServer
-    learner: Learner
+    learners: dict[str, Learner]  # by policy name; one, `policy`, unless several are trained
     runner: Runner
     url: str
     train_tasks: Sequence[Task]
@@ -337,6 +396,10 @@ class _Session:
     # Demonstration transitions, one list per rollout, and the cursor that walks them.
     demonstrations: TaskCursor[list[Transition]] = field(init=False)
     step: int = 0
+    # Several policies: how many updates each has had (its version), and the model aliases the
+    # gateway refused because no policy or fixed agent serves them.
+    versions: dict[str, int] = field(default_factory=dict)
+    unrouted: Counter[str] = field(default_factory=Counter)
     step_started: float = field(init=False, default=0.0)  # monotonic start of the step being collected
     # Every update runs on this one thread: torch's CPU allocations then stay in one malloc arena
     # instead of each pool thread keeping its own multi-GB arena (measured: 15 GB vs 6 GB peak).
@@ -410,6 +473,7 @@ class _Session:
         started, cpu_before = time.monotonic(), agent_cpu_seconds()
         outcomes = await self.runner.run(requests)
         agent_cpu = agent_cpu_seconds() - cpu_before
+        self._refuse_unrouted()
         ranked = None
         if self.group_scorer is not None:
             ranked = await rank_groups(self.trainer.store, self.group_scorer, requests, outcomes)
@@ -450,6 +514,19 @@ class _Session:
         if self.trainer.pools in (None, WorkerPool):  # the agents ran in this process's workers
             stats["agent_cpu_seconds"] = agent_cpu
         return report.transitions, stats
+
+    def _refuse_unrouted(self) -> None:
+        """With several policies, an agent label (model alias) that maps to none and is not fixed stops
+        the run after the first rollouts that asked for it, naming the labels seen and the known ones."""
+        if not self.unrouted:
+            return
+        seen = ", ".join(f"{name!r} ({count} calls)" for name, count in sorted(self.unrouted.items()))
+        fixed = ", ".join(self.config.fixed_agents) or "none"
+        raise SystemExit(
+            f"tether train: the agent asked for models that map to no policy and are not fixed: {seen}. "
+            f"Policies: {', '.join(self.config.policy_names)}; fixed agents: {fixed}. Give each a "
+            "--policy NAME=lora:rR or a --fixed-agent NAME."
+        )
 
     def _load_demonstrations(self) -> list[list[Transition]]:
         """The demonstration run's transitions, grouped by rollout; only the training tasks' rollouts,
@@ -535,24 +612,23 @@ class _Session:
             **{f"curriculum.{k}": v for k, v in self.cursor.pools().items()},
         }
         if batch.samples:
-            try:
-                update_started = time.monotonic()
-                metrics = await self._on_update_thread(self.learner.step, batch)
-                record["update_seconds"] = time.monotonic() - update_started
-            except TrainingDiverged as exc:
-                raise SystemExit(
-                    f"training diverged at step {self.step + 1}: {exc}. The last good "
-                    f"checkpoint is in {self.trainer.run_dir / 'checkpoint'}."
-                ) from None
-            record.update({f"train.{k}": v for k, v in metrics.to_dict().items() if k != "step"})
-            weights = await self._on_update_thread(self._save_weights, self.step + 1)
+            parts = (
+                split_batch(batch, self.config.policy_names)
+                if self.config.policies
+                else {POLICY_UPSTREAM: batch}
+            )
+            saved = [await self._update_policy(name, part, record) for name, part in parts.items()]
             swap_started = time.monotonic()
-            await self._swap(weights)
+            await self._swap(saved)
             record["swap_seconds"] = time.monotonic() - swap_started
         else:
             record["skipped"] = "every group had the same reward: nothing to learn from this batch"
         self.step += 1
         record["policy_version_after"] = self.server.policy_version
+        if self.config.policies:
+            record.update(
+                {f"policy_version.{name}": self.versions.get(name, 0) for name in self.config.policy_names}
+            )
         record["step_seconds"] = time.monotonic() - self.step_started
         self.trainer.record(record)
         if self.step < self.config.total_steps and (
@@ -564,21 +640,46 @@ class _Session:
             await self._on_update_thread(self._checkpoint)
         self.step_started = time.monotonic()
 
+    async def _update_policy(
+        self, name: str, batch: AdvantageBatch, record: dict[str, Any]
+    ) -> tuple[str, PolicyWeights]:
+        """One policy's update on its share of the batch, and its next version's weights (not served
+        yet). A run of one policy keeps its metrics' names (`train.loss`); several prefix them with the
+        policy (`train.writer.loss`)."""
+        prefix = f"{name}." if self.config.policies else ""
+        try:
+            update_started = time.monotonic()
+            metrics = await self._on_update_thread(self.learners[name].step, batch)
+            record["update_seconds"] = record.get("update_seconds", 0.0) + time.monotonic() - update_started
+        except TrainingDiverged as exc:
+            raise SystemExit(
+                f"training diverged at step {self.step + 1}{f' (policy {name})' if prefix else ''}: {exc}. "
+                f"The last good checkpoint is in {self.trainer.run_dir / 'checkpoint'}."
+            ) from None
+        record.update({f"train.{prefix}{k}": v for k, v in metrics.to_dict().items() if k != "step"})
+        if prefix:
+            record[f"samples.{name}"] = len(batch.samples)
+        version = self.versions.get(name, 0) + 1 if prefix else self.step + 1
+        return name, await self._on_update_thread(self._save_weights, version, name)
+
     async def _on_update_thread(self, function: Callable[..., Any], *args: Any) -> Any:
         result = await asyncio.get_running_loop().run_in_executor(self.update_thread, function, *args)
         release_free_memory()
         return result
 
-    def _save_weights(self, version: int) -> PolicyWeights:
+    def _save_weights(self, version: int, name: str = POLICY_UPSTREAM) -> PolicyWeights:
         folder = self.trainer.run_dir / "policies"
-        weights = self.learner.save_weights(folder / f"v{version}", version)
+        if self.config.policies:
+            folder = folder / name
+        weights = self.learners[name].save_weights(folder / f"v{version}", version)
         for old in sorted(folder.glob("v*"), key=_version_of)[:-POLICY_VERSIONS_KEPT]:
             shutil.rmtree(old, ignore_errors=True)
         return weights
 
-    async def _swap(self, weights: PolicyWeights) -> None:
+    async def _swap(self, saved: list[tuple[str, PolicyWeights]]) -> None:
+        """Serve the policies' new weights, all under one pause."""
         if not self.config.async_mode:
-            await self._load(weights)
+            await self._load(saved)
             return
         # Admission is paused over HTTP: the gateway's event loop lives on its own thread. Draining
         # first means every recorded call names the version that really produced it.
@@ -586,14 +687,19 @@ class _Session:
         async with httpx.AsyncClient(base_url=self.url, headers=headers, timeout=900) as admin:
             (await admin.post("/admin/pause", json={"drain": True})).raise_for_status()
             try:
-                await self._load(weights)
+                await self._load(saved)
             finally:
                 (await admin.post("/admin/resume")).raise_for_status()
 
-    async def _load(self, weights: PolicyWeights) -> None:
+    async def _load(self, saved: list[tuple[str, PolicyWeights]]) -> None:
         await self.server.pause()
         try:
-            await self.server.load(weights)
+            for name, weights in saved:
+                if self.config.policies:
+                    assert isinstance(self.server, ServesSeveralPolicies)
+                    self.versions[name] = await self.server.load_policy(weights, name)
+                else:
+                    await self.server.load(weights)
         finally:
             await self.server.resume()
 
@@ -688,7 +794,7 @@ class _Session:
                     return
                 transitions = [t for group, _ in done for t in group]
                 fresh, staleness = fresh_transitions(
-                    transitions, self.server.policy_version, self.config.max_staleness
+                    transitions, self._version_now, self.config.max_staleness
                 )
                 stats = self._sampling_stats(transitions, [s for _, s in done], False)
                 stats["stale_dropped"] = staleness.dropped
@@ -719,6 +825,7 @@ class _Session:
         ]
         started = time.monotonic()
         outcomes = await self.runner.run(requests)
+        self._refuse_unrouted()
         rewards = await self._val_rewards(outcomes)
         score = statistics.fmean(rewards) if rewards else 0.0
         from tether.trainer.intervals import bootstrap_interval
@@ -764,15 +871,28 @@ class _Session:
         scores = [r["val_score"] for r in self.trainer.history if r.get("kind") == "val"]
         return scores[0] if scores else None
 
+    def _version_now(self, transition: Transition) -> int:
+        """The version the transition's policy serves now (what its staleness is measured against)."""
+        if not self.config.policies:
+            return self.server.policy_version
+        name = policy_of(transition, self.config.policy_names)
+        return self.versions.get(name, 0) if name is not None else 0
+
     def _checkpoint(self) -> None:
         extra = {
             "step": self.step,
             "position": self.cursor.position,
             "demonstration_position": self.demonstrations.position,
+            "versions": dict(self.versions),
             "config": _jsonable(asdict(self.config)),
             "history": self.trainer.history,
         }
-        self.learner.save_checkpoint(self.trainer.run_dir / "checkpoint", extra)
+        for name, learner in self.learners.items():
+            learner.save_checkpoint(self._checkpoint_folder(name), extra)
+
+    def _checkpoint_folder(self, name: str) -> Path:
+        folder = self.trainer.run_dir / "checkpoint"
+        return folder / name if self.config.policies else folder
 
     async def _restore(self) -> None:
         folder = self.trainer.run_dir / "checkpoint"
@@ -780,14 +900,23 @@ class _Session:
             console.print(f"[yellow]no checkpoint in {folder}; starting from step 0[/]")
             self.trainer.log.rewrite([])
             return
-        extra = await self._on_update_thread(self.learner.load_checkpoint, folder)
+        for name, learner in self.learners.items():
+            extra = await self._on_update_thread(learner.load_checkpoint, self._checkpoint_folder(name))
         self.step = int(extra["step"])
+        self.versions = {name: int(v) for name, v in (extra.get("versions") or {}).items()}
         self.cursor.position = int(extra["position"])
         self.demonstrations.position = int(extra.get("demonstration_position", 0))
         self.trainer.history = list(extra.get("history") or [])
         self.trainer.log.rewrite(self.trainer.history)
-        if self.step:
-            await self._load(await self._on_update_thread(self._save_weights, self.step))
+        if self.config.policies:
+            saved = [
+                (name, await self._on_update_thread(self._save_weights, version, name))
+                for name, version in self.versions.items()
+                if version
+            ]
+            await self._load(saved)
+        elif self.step:
+            await self._load([(POLICY_UPSTREAM, await self._on_update_thread(self._save_weights, self.step))])
         console.print(f"resumed from step {self.step}")
 
 

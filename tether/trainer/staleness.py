@@ -9,7 +9,7 @@ an agent's calls), so each token is judged by the version of the call that gener
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from tether.adapters import Transition
@@ -23,23 +23,25 @@ class StalenessReport:
 
 
 def fresh_transitions(
-    transitions: Sequence[Transition], current: int, max_staleness: int
+    transitions: Sequence[Transition], current: int | Callable[[Transition], int], max_staleness: int
 ) -> tuple[list[Transition], StalenessReport]:
-    """The transitions with their stale tokens masked, the wholly stale ones dropped."""
+    """The transitions with their stale tokens masked, the wholly stale ones dropped. `current`: the
+    version served now, or, with several policies, a function giving that of a transition's policy."""
     report = StalenessReport()
     kept: list[Transition] = []
     behind: list[int] = []
     for transition in transitions:
+        now = current(transition) if callable(current) else current
         if not transition.response_versions:
-            lag = current - (transition.policy_version or current)
+            lag = now - (transition.policy_version or now)
             behind.append(lag)
             if lag <= max_staleness:
                 kept.append(transition)
             else:
                 report.dropped += 1
             continue
-        fresh = _mask_stale(transition, current, max_staleness)
-        behind += [current - version for version in transition.trained_versions()]
+        fresh = _mask_stale(transition, now, max_staleness)
+        behind += [now - version for version in transition.trained_versions()]
         if fresh.trained_tokens == 0 and transition.trained_tokens > 0:
             report.dropped += 1
             continue

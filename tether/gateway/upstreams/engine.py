@@ -9,7 +9,7 @@ from collections.abc import AsyncGenerator
 from dataclasses import replace
 from typing import Any
 
-from tether.engines.base import Engine, Generation, GenerationDone, SamplingParams
+from tether.engines.base import DEFAULT_POLICY, Engine, Generation, GenerationDone, SamplingParams
 from tether.engines.tools import (
     ParsedOutput,
     ToolCallStream,
@@ -137,14 +137,26 @@ def _choice_count(body: dict[str, Any]) -> int:
 class EngineUpstream:
     """The built-in engine, called in process: no HTTP hop, exact ids and policy logprobs."""
 
-    def __init__(self, engine: Engine, name: str = "policy", max_context: int | None = None) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        name: str = "policy",
+        max_context: int | None = None,
+        *,
+        policy: str = DEFAULT_POLICY,
+        closes_engine: bool = True,
+    ) -> None:
+        """`policy`: the engine's adapter its calls sample from. Several upstreams may share one engine,
+        one per policy; only the one with `closes_engine` stops it."""
         self.engine = engine
         self.name = name
+        self.policy = policy
+        self.closes_engine = closes_engine
         self.max_context = max_context or engine.max_context
 
     @property
     def policy_version(self) -> int:
-        return self.engine.policy_version
+        return self.engine.version_of(self.policy)
 
     def _prompt_ids(self, kind: CallKind, body: dict[str, Any], plan: ToolPlan) -> list[int]:
         if kind == "chat":
@@ -193,7 +205,9 @@ class EngineUpstream:
     async def call(self, kind: CallKind, body: dict[str, Any], *, owner: str | None = None) -> CallRecord:
         prompt_ids, per_choice, plan = self._prepare(kind, body)
         scored = _wants_prompt_logprobs(kind, body)
-        generations = (self.engine.generate(prompt_ids, p, owner=owner) for p in per_choice)
+        generations = (
+            self.engine.generate(prompt_ids, p, owner=owner, policy=self.policy) for p in per_choice
+        )
         try:
             results = await asyncio.gather(*generations)
             prompt_logprobs = await self._prompt_logprobs(prompt_ids) if scored else None
@@ -214,7 +228,7 @@ class EngineUpstream:
     async def _prompt_logprobs(self, prompt_ids: list[int]) -> list[dict[str, dict[str, Any]] | None]:
         """vLLM's `prompt_logprobs` answer with 0 alternatives: per prompt position, the logprob of the
         token there given those before it (None for the first), keyed by the token id."""
-        values = await self.engine.score(prompt_ids)
+        values = await self.engine.score(prompt_ids, self.policy)
         entries: list[dict[str, dict[str, Any]] | None] = [None]
         for token_id, logprob in zip(prompt_ids[1:], values, strict=True):
             decoded = self.engine.decode([token_id])
@@ -337,10 +351,10 @@ class EngineUpstream:
                 first["prompt_token_ids"] = prompt_ids
             yield sse(first)
         generation: Generation | None = None
-        version = self.engine.policy_version
+        version = self.policy_version
         calls = ToolCallStream() if plan.active else None
         try:
-            async for item in self.engine.stream(prompt_ids, params, owner=owner):
+            async for item in self.engine.stream(prompt_ids, params, owner=owner, policy=self.policy):
                 if isinstance(item, GenerationDone):
                     generation, version = item.generation, item.policy_version
                 elif calls is None:
@@ -381,7 +395,8 @@ class EngineUpstream:
         yield CallRecord(response, [record], prompt_ids, usage, version, params.sampler)
 
     async def aclose(self) -> None:
-        await asyncio.to_thread(self.engine.close)  # it joins the engine's worker thread
+        if self.closes_engine:
+            await asyncio.to_thread(self.engine.close)  # it joins the engine's worker thread
 
 
 def _tool_plan(kind: CallKind, body: dict[str, Any]) -> ToolPlan:
