@@ -2,53 +2,30 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import time
-from collections.abc import Hashable, Sequence
-from typing import Any, TypeVar
-from urllib.parse import quote
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import httpx
 import orjson
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic import TypeAdapter, ValidationError
+from pydantic_core import to_jsonable_python
 
-from tether.store.base import InvalidTransition, InvalidValue, NotFound, StoreAuthError, StoreError
-from tether.store.models import (
-    Attempt,
-    Claim,
-    Resource,
-    Reward,
-    Rollout,
-    RolloutPage,
-    RolloutQuery,
-    RolloutRequest,
-    RolloutStatus,
-    Span,
-)
+from tether.store.api import BY_METHOD, Route
+from tether.store.base import InvalidTransition, InvalidValue, NotFound, Store, StoreAuthError, StoreError
+from tether.store.models import Reward, Rollout, Span
 
 T = TypeVar("T")
-
-ROLLOUT = TypeAdapter(Rollout)
+P = ParamSpec("P")
 ROLLOUTS = TypeAdapter(list[Rollout])
-ATTEMPTS = TypeAdapter(list[Attempt])
-SPANS = TypeAdapter(list[Span])
-REWARDS = TypeAdapter(list[Reward])
-RESOURCES = TypeAdapter(list[Resource])
-CLAIM = TypeAdapter(Claim)
-MAYBE_CLAIM = TypeAdapter(Claim | None)
-RESOURCE = TypeAdapter(Resource)
-STRINGS = TypeAdapter(list[str])
-COUNT = TypeAdapter(int)
-PAGE = TypeAdapter(RolloutPage)
 
 RETRYABLE = (httpx.ConnectError, httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError)
 RETRY_DELAYS_S = (0.1, 0.3)
 # Each long-poll stays under the server's cap, so the server answers before the HTTP timeout fires.
 LONG_POLL_S = 50.0
 REMOTE_EPOCH_S = 1.0
-
-
-def _dump(model: BaseModel) -> dict[str, Any]:
-    return model.model_dump(mode="json")
 
 
 def _error_fields(response: httpx.Response) -> tuple[str, str | None, str | None]:
@@ -80,6 +57,21 @@ def _raise_for_status(response: httpx.Response) -> None:
     if status in (401, 403):
         raise StoreAuthError(message, status)
     raise StoreError(f"store request {response.request.method} {response.request.url.path} failed: {message}")
+
+
+def remote(method: Callable[Concatenate[Store, P], T]) -> Callable[Concatenate[StoreClient, P], T]:
+    """The client's `method`: its arguments, bound by the `Store` signature, sent by its route's rule."""
+    route = BY_METHOD[method.__name__]
+    signature = inspect.signature(method)
+
+    @functools.wraps(method)
+    def call(self: StoreClient, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        bound = signature.bind(self, *args, **kwargs)
+        bound.apply_defaults()
+        answer: T = self._call(route, bound.arguments)
+        return answer
+
+    return call
 
 
 class StoreClient:
@@ -142,84 +134,38 @@ class StoreClient:
         except ValidationError as exc:
             raise StoreError(f"unexpected answer from the store at {self.base_url}: {exc}") from exc
 
-    def _get(self, adapter: TypeAdapter[T], path: str, params: dict[str, Any] | None = None) -> T:
-        return self._parse(adapter, self._send("GET", path, params=params, retry=True))
+    def _call(self, route: Route, arguments: dict[str, Any]) -> Any:
+        path = route.url(arguments)
+        if route.verb == "GET":
+            fields = route.query.model_fields if route.query is not None else {}
+            params = {name: to_jsonable_python(arguments[name]) for name in fields}
+            response = self._send("GET", path, params=params, retry=True)
+        else:
+            response = self._send(route.verb, path, body=_body(route, arguments))
+        return None if route.answer is None else self._parse(route.adapter, response)
 
-    def _post(self, adapter: TypeAdapter[T], path: str, body: Any) -> T:
-        return self._parse(adapter, self._send("POST", path, body=body))
+    # -- the table's methods (tether.store.api), with the Store protocol's signatures --------------------
 
-    @staticmethod
-    def _rollout_path(rollout_id: str, suffix: str = "") -> str:
-        return f"/store/rollouts/{quote(rollout_id, safe='')}{suffix}"
+    enqueue = remote(Store.enqueue)
+    claim = remote(Store.claim)
+    heartbeat = remote(Store.heartbeat)
+    update_status = remote(Store.update_status)
+    start_session = remote(Store.start_session)
+    get_rollout = remote(Store.get_rollout)
+    list_rollouts = remote(Store.list_rollouts)
+    query_rollouts = remote(Store.query_rollouts)
+    list_runs = remote(Store.list_runs)
+    rename_run = remote(Store.rename_run)
+    list_attempts = remote(Store.list_attempts)
+    abandon = remote(Store.abandon)
+    requeue_stale = remote(Store.requeue_stale)
+    query_spans = remote(Store.query_spans)
+    query_rewards = remote(Store.query_rewards)
+    put_resource = remote(Store.put_resource)
+    get_resource = remote(Store.get_resource)
+    list_resources = remote(Store.list_resources)
 
-    @staticmethod
-    def _resource_path(name: str) -> str:
-        return f"/store/resources/{quote(name, safe='')}"
-
-    # -- rollouts -------------------------------------------------------------------------------------
-
-    def enqueue(self, requests: Sequence[RolloutRequest]) -> list[Rollout]:
-        return self._post(ROLLOUTS, "/store/rollouts", {"requests": [_dump(r) for r in requests]})
-
-    def claim(self, worker_id: str, run: str | None = None) -> Claim | None:
-        return self._post(MAYBE_CLAIM, "/store/rollouts/claim", {"worker_id": worker_id, "run": run})
-
-    def heartbeat(self, rollout_id: str, attempt: int) -> None:
-        self._send("POST", self._rollout_path(rollout_id, "/heartbeat"), body={"attempt": attempt})
-
-    def update_status(
-        self,
-        rollout_id: str,
-        status: RolloutStatus,
-        *,
-        output: str | None = None,
-        error: str | None = None,
-        attempt: int | None = None,
-    ) -> Rollout:
-        body = {"status": RolloutStatus(status).value, "output": output, "error": error, "attempt": attempt}
-        return self._post(ROLLOUT, self._rollout_path(rollout_id, "/status"), body)
-
-    def start_session(
-        self, input: dict[str, Any] | None = None, worker_id: str = "session", mode: str = "session"
-    ) -> Claim:
-        return self._post(CLAIM, "/store/sessions", {"input": input, "worker_id": worker_id, "mode": mode})
-
-    def get_rollout(self, rollout_id: str) -> Rollout:
-        return self._get(ROLLOUT, self._rollout_path(rollout_id))
-
-    def list_rollouts(
-        self,
-        *,
-        status: RolloutStatus | None = None,
-        since: float | None = None,
-        until: float | None = None,
-        run: str | None = None,
-        limit: int = 100,
-        offset: int = 0,
-    ) -> list[Rollout]:
-        status_value = None if status is None else RolloutStatus(status).value
-        params = {
-            "status": status_value,
-            "since": since,
-            "until": until,
-            "run": run,
-            "limit": limit,
-            "offset": offset,
-        }
-        return self._get(ROLLOUTS, "/store/rollouts", params)
-
-    def query_rollouts(self, query: RolloutQuery) -> RolloutPage:
-        return self._post(PAGE, "/store/rollouts/query", _dump(query))
-
-    def list_runs(self) -> list[str]:
-        return self._get(STRINGS, "/store/runs")
-
-    def rename_run(self, run: str, new_name: str) -> int:
-        body = {"new_name": new_name}
-        return self._post(COUNT, f"/store/runs/{quote(run, safe='')}/rename", body)
-
-    def list_attempts(self, rollout_id: str) -> list[Attempt]:
-        return self._get(ATTEMPTS, self._rollout_path(rollout_id, "/attempts"))
+    # -- the rest -------------------------------------------------------------------------------------
 
     def wait_for(self, rollout_ids: Sequence[str], timeout: float | None = None) -> list[Rollout]:
         ids = list(rollout_ids)
@@ -229,7 +175,7 @@ class StoreClient:
             poll = LONG_POLL_S if remaining is None else min(remaining, LONG_POLL_S)
             response = self._send(
                 "POST",
-                "/store/rollouts/wait",
+                BY_METHOD["wait_for"].url({}),
                 body={"rollout_ids": ids, "timeout": poll},
                 timeout=poll + self.timeout,
                 retry=True,
@@ -238,9 +184,13 @@ class StoreClient:
             if len(finished) == len(ids) or (deadline is not None and time.monotonic() >= deadline):
                 return finished
 
-    def abandon(self, rollout_id: str, attempt: int, reason: str) -> Rollout:
-        body = {"attempt": attempt, "reason": reason}
-        return self._post(ROLLOUT, self._rollout_path(rollout_id, "/abandon"), body)
+    def add_spans(self, spans: Sequence[Span]) -> None:
+        if spans:
+            self._call(BY_METHOD["add_spans"], {"spans": spans})
+
+    def add_rewards(self, rewards: Sequence[Reward]) -> None:
+        if rewards:
+            self._call(BY_METHOD["add_rewards"], {"rewards": rewards})
 
     def rollouts_epoch(self) -> Hashable:
         # The server's changes are not visible from here: cached rollouts live at most this long.
@@ -250,53 +200,13 @@ class StoreClient:
         """Check that the server answers and accepts the token (StoreError or StoreAuthError if not)."""
         self._send("GET", "/store/resources", retry=True)
 
-    def requeue_stale(self, heartbeat_timeout: float) -> list[str]:
-        return self._post(STRINGS, "/store/requeue-stale", {"heartbeat_timeout": heartbeat_timeout})
-
-    # -- spans and rewards ----------------------------------------------------------------------------
-
-    def add_spans(self, spans: Sequence[Span]) -> None:
-        if spans:
-            self._send("POST", "/store/spans", body={"spans": [_dump(span) for span in spans]})
-
-    def query_spans(
-        self,
-        *,
-        rollout_id: str | None = None,
-        attempt: int | None = None,
-        name: str | None = None,
-        since: float | None = None,
-        until: float | None = None,
-        limit: int = 1000,
-    ) -> list[Span]:
-        params = {
-            "rollout_id": rollout_id,
-            "attempt": attempt,
-            "name": name,
-            "since": since,
-            "until": until,
-            "limit": limit,
-        }
-        return self._get(SPANS, "/store/spans", params)
-
-    def add_rewards(self, rewards: Sequence[Reward]) -> None:
-        if rewards:
-            self._send("POST", "/store/rewards", body={"rewards": [_dump(reward) for reward in rewards]})
-
-    def query_rewards(self, rollout_id: str) -> list[Reward]:
-        return self._get(REWARDS, self._rollout_path(rollout_id, "/rewards"))
-
-    # -- resources ------------------------------------------------------------------------------------
-
-    def put_resource(self, name: str, kind: str, value: Any) -> Resource:
-        body = {"kind": kind, "value": value}
-        return self._parse(RESOURCE, self._send("PUT", self._resource_path(name), body=body))
-
-    def get_resource(self, name: str, version: int | None = None) -> Resource:
-        return self._get(RESOURCE, self._resource_path(name), {"version": version})
-
-    def list_resources(self) -> list[Resource]:
-        return self._get(RESOURCES, "/store/resources")
-
     def close(self) -> None:
         self._http.close()
+
+
+def _body(route: Route, arguments: dict[str, Any]) -> Any:
+    """The JSON body: the fields of the route's body model, taken from the arguments of the same names."""
+    if route.whole_body is not None:
+        return to_jsonable_python(arguments[route.whole_body])
+    fields = route.body.model_fields if route.body is not None else {}
+    return {name: to_jsonable_python(arguments[name]) for name in fields}

@@ -6,8 +6,11 @@ resources other than run records, and only until the rollout finishes. Errors ar
 OpenAI-shaped: `{"error": {"message", "type", "param", "code"}}`.
 """
 
+import functools
+import inspect
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Annotated, Any
 
@@ -18,7 +21,7 @@ from fastapi import APIRouter, Depends, FastAPI, Query, Request, Response, Secur
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tether.auth import (
@@ -34,99 +37,17 @@ from tether.auth import (
 from tether.contracts import RUN_RESOURCE_KIND, agent_task
 from tether.errors import APIError
 from tether.limits import MAX_BODY_BYTES, MAX_STORED_JSON_DEPTH, BodyTooLarge, read_bounded, too_deep
+from tether.store.api import ROUTES, Route
 from tether.store.base import InvalidTransition, InvalidValue, NotFound, Store, StoreAuthError, StoreError
-from tether.store.models import (
-    Attempt,
-    Claim,
-    Resource,
-    Reward,
-    Rollout,
-    RolloutPage,
-    RolloutQuery,
-    RolloutRequest,
-    RolloutStatus,
-    Span,
-    StatusUpdate,
-)
+from tether.store.models import Resource, Rollout
 from tether.store.provenance import agent_reward, agent_span
 
 log = logging.getLogger(__name__)
 
 MAX_WAIT_S = 60.0
-# SQLite stores integers as signed 64-bit; larger ones would fail at bind time instead of validation.
-SQLITE_INT_MAX = 2**63 - 1
-SQLiteInt = Annotated[int, Field(ge=-SQLITE_INT_MAX - 1, le=SQLITE_INT_MAX)]
-Limit = Annotated[int, Field(ge=0, le=SQLITE_INT_MAX)]
 
 
-# -- request and error models -------------------------------------------------------------------------
-
-
-class RolloutRequestInput(RolloutRequest):
-    max_attempts: Annotated[int, Field(ge=1, le=SQLITE_INT_MAX)] = 1
-    sample: Annotated[int, Field(ge=0, le=SQLITE_INT_MAX)] = 0
-
-
-class SpanInput(Span):
-    attempt: SQLiteInt | None = None
-
-
-class RewardInput(Reward):
-    attempt: SQLiteInt | None = None
-
-
-class StatusUpdateInput(StatusUpdate):
-    attempt: SQLiteInt | None = None
-
-
-class EnqueueRequest(BaseModel):
-    requests: list[RolloutRequestInput]
-
-
-class ClaimRequest(BaseModel):
-    worker_id: str
-    run: str | None = None
-
-
-class RenameRunRequest(BaseModel):
-    new_name: str = Field(min_length=1)
-
-
-class AbandonRequest(BaseModel):
-    attempt: SQLiteInt
-    reason: str = "worker lost"
-
-
-class SessionRequest(BaseModel):
-    input: dict[str, Any] | None = None
-    worker_id: str = "session"
-    mode: str = "session"
-
-
-class HeartbeatRequest(BaseModel):
-    attempt: SQLiteInt
-
-
-class WaitRequest(BaseModel):
-    rollout_ids: list[str]
-    timeout: float | None = Field(default=None, ge=0, description="Seconds to wait; the server caps it.")
-
-
-class RequeueStaleRequest(BaseModel):
-    heartbeat_timeout: float = Field(ge=0)
-
-
-class SpansRequest(BaseModel):
-    spans: list[SpanInput]
-
-
-class RewardsRequest(BaseModel):
-    rewards: list[RewardInput]
-
-
-class ResourceBody(BaseModel):
-    kind: str
-    value: Any
+# -- error models -----------------------------------------------------------------------------------------
 
 
 class ErrorBody(BaseModel):
@@ -345,6 +266,90 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
+Arguments = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What a route does beside calling the store: check (and adjust) the arguments for the caller, and
+    show the caller what it may see of the answer."""
+
+    check: Callable[[Caller, Arguments], None] = lambda who, arguments: None
+    shown: Callable[[Caller, Any], Any] = lambda who, answer: answer
+
+
+def _own_rollout(who: Caller, arguments: Arguments) -> None:
+    _require_rollout(who, [arguments["rollout_id"]])
+
+
+def _own_attempt(who: Caller, arguments: Arguments) -> None:
+    _require_rollout(who, [arguments["rollout_id"]])
+    _require_attempt(who, arguments["attempt"])
+
+
+def _own(key: str, stamp: Callable[[Any, int | None], Any]) -> Callable[[Caller, Arguments], None]:
+    """A check of spans or rewards (`key`): the token's own rollout's, stamped as its agent's (`stamp`)."""
+
+    def check(who: Caller, arguments: Arguments) -> None:
+        items = list(arguments[key])
+        _require_rollout(who, [item.rollout_id for item in items])
+        arguments[key] = items if who.is_admin else [stamp(item, who.attempt) for item in items]
+
+    return check
+
+
+def _readable_one(who: Caller, resource: Resource) -> Resource:
+    if not _readable(who, resource):
+        raise _forbidden("run records are the operator's: reading one needs the admin token")
+    return resource
+
+
+def _rules(max_wait_s: float) -> dict[str, Rule]:
+    def capped(_: Caller, arguments: Arguments) -> None:
+        timeout = arguments["timeout"]
+        arguments["timeout"] = max_wait_s if timeout is None else min(timeout, max_wait_s)
+
+    return {
+        "wait_for": Rule(check=capped),
+        "get_rollout": Rule(check=_own_rollout, shown=_as_seen_by),
+        "heartbeat": Rule(check=_own_attempt),
+        "add_spans": Rule(check=_own("spans", agent_span)),
+        "add_rewards": Rule(check=_own("rewards", agent_reward)),
+        "list_resources": Rule(shown=lambda who, found: [r for r in found if _readable(who, r)]),
+        "get_resource": Rule(shown=_readable_one),
+    }
+
+
+def _arguments(route: Route, received: Arguments) -> Arguments:
+    """The store method's arguments, from the path, the body and the query."""
+    arguments = {name: received[name] for name in route.segments}
+    body = received.get("body")
+    if body is None and route.body is not None and route.body_optional:
+        body = route.body()
+    if route.whole_body is not None:
+        arguments[route.whole_body] = body
+    elif body is not None:
+        arguments.update(dict(body))
+    arguments.update(dict(received.get("query") or {}))
+    return arguments
+
+
+def _parameters(route: Route, who: Any) -> list[inspect.Parameter]:
+    """The endpoint's parameters, for FastAPI to read: path segments, body, query and the caller."""
+
+    def parameter(name: str, annotation: Any, default: Any = inspect.Parameter.empty) -> inspect.Parameter:
+        return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=default)
+
+    found = [parameter(name, str) for name in route.segments]
+    if route.body is not None and route.body_optional:
+        found.append(parameter("body", route.body | None, None))
+    elif route.body is not None:
+        found.append(parameter("body", route.body))
+    if route.query is not None:
+        found.append(parameter("query", Annotated[route.query, Query()]))
+    return [*found, parameter("who", who)]
+
+
 def create_store_router(store: Store, auth: TokenAuthority, *, max_wait_s: float = MAX_WAIT_S) -> APIRouter:
     """All store routes, under `/store`. Include it in any app, then call `install_store_error_handlers`."""
     router = APIRouter(
@@ -357,6 +362,7 @@ def create_store_router(store: Store, auth: TokenAuthority, *, max_wait_s: float
     bearer = HTTPBearer(auto_error=False, description="The admin token, or a rollout's own token.")
     # Long-polls get their own thread budget so that many waiting clients cannot starve the other routes.
     wait_limiter = anyio.CapacityLimiter(64)
+    rules = _rules(max_wait_s)
 
     def caller(credentials: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)]) -> Caller:
         return _authenticate(store, auth, credentials.credentials.strip() if credentials else None)
@@ -365,131 +371,31 @@ def create_store_router(store: Store, auth: TokenAuthority, *, max_wait_s: float
         _require_admin(who)
         return who
 
-    Admin = Annotated[Caller, Depends(admin)]
-    AnyCaller = Annotated[Caller, Depends(caller)]
+    def endpoint(route: Route) -> Callable[..., Any]:
+        rule = rules.get(route.method, Rule())
+        limiter = wait_limiter if route.method == "wait_for" else None
 
-    @router.post("/rollouts", summary="Enqueue rollouts")
-    def enqueue(body: EnqueueRequest, _: Admin) -> list[Rollout]:
-        return store.enqueue(body.requests)
+        async def call(**received: Any) -> Any:
+            who: Caller = received.pop("who")
+            arguments = _arguments(route, received)
+            rule.check(who, arguments)
+            method = functools.partial(getattr(store, route.method), **arguments)
+            return rule.shown(who, await anyio.to_thread.run_sync(method, limiter=limiter))
 
-    @router.post("/rollouts/claim", summary="Claim the oldest queued rollout (null when none)")
-    def claim(body: ClaimRequest, _: Admin) -> Claim | None:
-        return store.claim(body.worker_id, body.run)
+        who = Annotated[Caller, Depends(admin if route.admin else caller)]
+        call.__signature__ = inspect.Signature(_parameters(route, who))  # type: ignore[attr-defined]
+        return call
 
-    @router.post("/rollouts/wait", summary="Long-poll until the rollouts finish or the timeout passes")
-    async def wait(body: WaitRequest, _: Admin) -> list[Rollout]:
-        timeout = max_wait_s if body.timeout is None else min(body.timeout, max_wait_s)
-        return await anyio.to_thread.run_sync(store.wait_for, body.rollout_ids, timeout, limiter=wait_limiter)
-
-    @router.post("/requeue-stale", summary="Requeue (or fail) running rollouts that stopped heartbeating")
-    def requeue_stale(body: RequeueStaleRequest, _: Admin) -> list[str]:
-        return store.requeue_stale(body.heartbeat_timeout)
-
-    @router.post("/sessions", summary="Open a rollout that is already running")
-    def start_session(_: Admin, body: SessionRequest | None = None) -> Claim:
-        body = body or SessionRequest()
-        return store.start_session(body.input, body.worker_id, body.mode)
-
-    @router.get("/rollouts", summary="List rollouts by status and creation time")
-    def list_rollouts(
-        _: Admin,
-        status: RolloutStatus | None = None,
-        since: float | None = None,
-        until: float | None = None,
-        run: str | None = None,
-        limit: Annotated[Limit, Query()] = 100,
-        offset: Annotated[Limit, Query()] = 0,
-    ) -> list[Rollout]:
-        return store.list_rollouts(
-            status=status, since=since, until=until, run=run, limit=limit, offset=offset
+    for route in ROUTES:
+        router.add_api_route(
+            route.path,
+            endpoint(route),
+            methods=[route.verb],
+            name=route.name,
+            summary=route.summary,
+            status_code=route.status,
+            response_model=route.answer,
         )
-
-    @router.post("/rollouts/query", summary="A filtered page of rollouts, with rewards and a count")
-    def query_rollouts(body: RolloutQuery, _: Admin) -> RolloutPage:
-        return store.query_rollouts(body)
-
-    @router.get("/runs", summary="The names of the runs that have rollouts")
-    def list_runs(_: Admin) -> list[str]:
-        return store.list_runs()
-
-    @router.post("/runs/{run}/rename", summary="Move a run's rollouts to another run name")
-    def rename_run(run: str, body: RenameRunRequest, _: Admin) -> int:
-        return store.rename_run(run, body.new_name)
-
-    @router.get("/rollouts/{rollout_id}", summary="Get a rollout")
-    def get_rollout(rollout_id: str, who: AnyCaller) -> Rollout:
-        _require_rollout(who, [rollout_id])
-        return _as_seen_by(who, store.get_rollout(rollout_id))
-
-    @router.get("/rollouts/{rollout_id}/attempts", summary="List a rollout's attempts")
-    def list_attempts(rollout_id: str, _: Admin) -> list[Attempt]:
-        return store.list_attempts(rollout_id)
-
-    @router.post("/rollouts/{rollout_id}/status", summary="Move a rollout to a finished status")
-    def update_status(rollout_id: str, body: StatusUpdateInput, _: Admin) -> Rollout:
-        return store.update_status(
-            rollout_id, body.status, output=body.output, error=body.error, attempt=body.attempt
-        )
-
-    @router.post("/rollouts/{rollout_id}/abandon", summary="Time out an attempt whose worker is gone")
-    def abandon(rollout_id: str, body: AbandonRequest, _: Admin) -> Rollout:
-        return store.abandon(rollout_id, body.attempt, body.reason)
-
-    @router.post("/rollouts/{rollout_id}/heartbeat", status_code=204, summary="Heartbeat a running attempt")
-    def heartbeat(rollout_id: str, body: HeartbeatRequest, who: AnyCaller) -> None:
-        _require_rollout(who, [rollout_id])
-        _require_attempt(who, body.attempt)
-        store.heartbeat(rollout_id, body.attempt)
-
-    @router.get("/rollouts/{rollout_id}/rewards", summary="List a rollout's rewards")
-    def query_rewards(rollout_id: str, _: Admin) -> list[Reward]:
-        return store.query_rewards(rollout_id)
-
-    @router.post("/spans", status_code=204, summary="Add spans (duplicates are ignored)")
-    def add_spans(body: SpansRequest, who: AnyCaller) -> None:
-        _require_rollout(who, [span.rollout_id for span in body.spans])
-        spans: list[Span] = list(body.spans)
-        store.add_spans(spans if who.is_admin else [agent_span(span, who.attempt) for span in spans])
-
-    @router.get("/spans", summary="Query spans in insertion order")
-    def query_spans(
-        _: Admin,
-        rollout_id: str | None = None,
-        attempt: Annotated[SQLiteInt | None, Query()] = None,
-        name: str | None = None,
-        since: float | None = None,
-        until: float | None = None,
-        limit: Annotated[Limit, Query()] = 1000,
-    ) -> list[Span]:
-        return store.query_spans(
-            rollout_id=rollout_id, attempt=attempt, name=name, since=since, until=until, limit=limit
-        )
-
-    @router.post("/rewards", status_code=204, summary="Add rewards")
-    def add_rewards(body: RewardsRequest, who: AnyCaller) -> None:
-        _require_rollout(who, [reward.rollout_id for reward in body.rewards])
-        rewards: list[Reward] = list(body.rewards)
-        store.add_rewards(
-            rewards if who.is_admin else [agent_reward(reward, who.attempt) for reward in rewards]
-        )
-
-    @router.get("/resources", summary="Latest version of every resource")
-    def list_resources(who: AnyCaller) -> list[Resource]:
-        return [resource for resource in store.list_resources() if _readable(who, resource)]
-
-    @router.put("/resources/{name:path}", summary="Store a new version of a resource")
-    def put_resource(name: str, body: ResourceBody, _: Admin) -> Resource:
-        return store.put_resource(name, body.kind, body.value)
-
-    @router.get("/resources/{name:path}", summary="Get a resource (latest version unless one is given)")
-    def get_resource(
-        name: str, who: AnyCaller, version: Annotated[SQLiteInt | None, Query()] = None
-    ) -> Resource:
-        resource = store.get_resource(name, version)
-        if not _readable(who, resource):
-            raise _forbidden("run records are the operator's: reading one needs the admin token")
-        return resource
-
     return router
 
 

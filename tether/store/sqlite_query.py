@@ -1,4 +1,4 @@
-"""The SQL of `SQLiteStore.query_rollouts`: one statement for the page, one capped count.
+"""`SQLiteStore.query_rollouts` in SQL: one statement for the page, one capped count.
 
 The reward column is the reward rule (`tether.store.reward_rule`) as a correlated subquery on the
 `rewards_rollout` index: the last primary reward not linked to a span, of the rollout's last attempt or
@@ -10,29 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 from tether.contracts import LLM_SPAN_PREFIX, CallAttr, Meta, Origin
-from tether.store.models import RolloutQuery
+from tether.store.models import RolloutPage, RolloutQuery, RolloutRow
+from tether.store.sql import rows
+from tether.store.sql.rows import TABLES
 
-ROLLOUT_FIELDS = (
-    "id",
-    "task_id",
-    "input",
-    "mode",
-    "group_id",
-    "status",
-    "max_attempts",
-    "attempt_count",
-    "created_at",
-    "started_at",
-    "ended_at",
-    "output",
-    "error",
-    "metadata",
-    "run",
-    "key",
-    "sample",
-    "worker_losses",
-)
-COLUMNS = ", ".join(f"r.{name}" for name in ROLLOUT_FIELDS)
+COLUMNS = ", ".join(f"r.{name}" for name in TABLES["rollouts"])
 AGENT_REWARDS = f"$.{Meta.AGENT_REWARDS}"
 REWARD = (
     "(SELECT w.value FROM rewards w WHERE w.rollout_id = r.id AND w.is_primary = 1 AND w.span_id IS NULL "
@@ -91,4 +73,16 @@ def page_sql(query: RolloutQuery) -> tuple[str, list[Any]]:
 def count_sql(query: RolloutQuery) -> tuple[str, list[Any]]:
     """How many match, counting at most `count_cap + 1` (one more says the cap was passed)."""
     clause, params = _where(query)
-    return f"SELECT COUNT(*) FROM (SELECT 1 FROM rollouts r {clause} LIMIT ?)", [*params, query.count_cap + 1]
+    return f"SELECT COUNT(*) AS n FROM (SELECT 1 FROM rollouts r {clause} LIMIT ?)", [
+        *params,
+        query.count_cap + 1,
+    ]
+
+
+def page(found: list[rows.Row], total: int, query: RolloutQuery) -> RolloutPage:
+    """The page of `page_sql`'s rows, with `count_sql`'s total."""
+    page = [
+        RolloutRow(rollout=rows.rollout(row), reward=row["reward"], worker=row["worker"]) for row in found
+    ]
+    capped = total > query.count_cap
+    return RolloutPage(rows=page, total=min(total, query.count_cap), total_capped=capped)

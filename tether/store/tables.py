@@ -7,35 +7,12 @@ attempts, times, span and reward sequence numbers, every version of every resour
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from tether.store.base import StoreError
-
-# In copy order (rollouts before what refers to them), with the order rows are read in.
-TABLES: dict[str, tuple[str, ...]] = {
-    "tasks": ("id", "dataset", "input"),
-    "rollouts": (
-        "id", "task_id", "input", "mode", "group_id", "status", "max_attempts", "attempt_count",
-        "created_at", "started_at", "ended_at", "output", "error", "metadata", "run", "key", "sample",
-        "worker_losses",
-    ),
-    "attempts": (
-        "rollout_id", "number", "worker_id", "status", "started_at", "heartbeat_at", "ended_at", "error",
-    ),
-    "spans": (
-        "seq", "rollout_id", "attempt", "trace_id", "span_id", "parent_id", "name", "kind", "start_time",
-        "end_time", "status", "status_message", "attributes", "events", "origin",
-    ),
-    "rewards": ("seq", "rollout_id", "attempt", "name", "value", "span_id", "source", "time", "is_primary"),
-    "resources": ("name", "version", "kind", "value", "created_at"),
-}  # fmt: skip
-# Sequence numbers that only mean something in the store that gave them: not kept when appending.
-SEQUENCED = frozenset({"spans", "rewards"})
-BATCH = 2000
-
-Rows = list[tuple[Any, ...]]
+from tether.store.sql.rows import BATCH, TABLES, Rows, columns, strip_seq
 
 
 class Tables(Protocol):
@@ -58,15 +35,6 @@ class Tables(Protocol):
         ...
 
     def close(self) -> None: ...
-
-
-def columns(table: str, keep_seq: bool) -> Sequence[str]:
-    names = TABLES[table]
-    return names if keep_seq or table not in SEQUENCED else names[1:]
-
-
-def strip_seq(table: str, rows: Rows, keep_seq: bool) -> Rows:
-    return rows if keep_seq or table not in SEQUENCED else [row[1:] for row in rows]
 
 
 class SQLiteTables:

@@ -6,40 +6,27 @@ waiters at once (no polling), and counts as a new rollout epoch here.
 
 from __future__ import annotations
 
-import itertools
 import threading
 import uuid
-from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
 from psycopg import sql
 
 from tether.store.postgres.schema import ROLLOUTS_CHANNEL
+from tether.store.sql.changes import Changes
 
 # How long the listener waits before checking its connection; after a lost connection, before retrying.
 WAKE_S = 5.0
 RETRY_S = 0.5
 
 
-@dataclass(eq=False)
-class Waiter:
-    """One `wait_for` call: woken when one of its rollouts may have changed."""
+class Listener:
+    """Reports every rollout change notified on the rollouts channel to `changes`."""
 
-    ids: frozenset[str]
-    event: threading.Event = field(default_factory=threading.Event)
-
-
-class RolloutChanges:
-    """Counts rollout changes (its `epoch`) and wakes the waiters they concern."""
-
-    def __init__(self, conninfo: str) -> None:
+    def __init__(self, conninfo: str, changes: Changes) -> None:
         self._conninfo = conninfo
-        self._ticks = itertools.count(1)
-        self._seen = 0  # the last tick taken for a change
-        self._waiters: set[Waiter] = set()
-        self._lock = threading.Lock()
+        self._changes = changes
         self._closing = threading.Event()
         self.stop_channel = f"tether_stop_{uuid.uuid4().hex}"
         self._ready = threading.Event()
@@ -53,34 +40,6 @@ class RolloutChanges:
             raise TimeoutError("the PostgreSQL listener did not start")
         if self._error is not None:
             raise self._error
-
-    @property
-    def epoch(self) -> int:
-        return self._seen
-
-    def changed(self, rollout_ids: Iterable[str] | None) -> None:
-        """Some rollouts changed (None: any may have): a new epoch, and their waiters woken."""
-        self._seen = next(self._ticks)
-        with self._lock:
-            waiters = list(self._waiters)
-        if rollout_ids is None:
-            for waiter in waiters:
-                waiter.event.set()
-            return
-        changed = set(rollout_ids)
-        for waiter in waiters:
-            if not waiter.ids.isdisjoint(changed):
-                waiter.event.set()
-
-    def register(self, rollout_ids: Iterable[str]) -> Waiter:
-        waiter = Waiter(frozenset(rollout_ids))
-        with self._lock:
-            self._waiters.add(waiter)
-        return waiter
-
-    def unregister(self, waiter: Waiter) -> None:
-        with self._lock:
-            self._waiters.discard(waiter)
 
     def close(self, stop: psycopg.Connection[Any] | None) -> None:
         """Stop the listener; `stop`, a connection, wakes it at once with a NOTIFY on its own channel."""
@@ -100,7 +59,7 @@ class RolloutChanges:
                     for channel in (ROLLOUTS_CHANNEL, self.stop_channel):
                         conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
                     if not first:
-                        self.changed(None)  # changes made while it was not listening went unseen
+                        self._changes.changed(None)  # changes made while it was not listening went unseen
                     first = False
                     self._ready.set()
                     self._relay(conn)
@@ -116,4 +75,4 @@ class RolloutChanges:
             for note in conn.notifies(timeout=WAKE_S):
                 if note.channel == self.stop_channel or self._closing.is_set():
                     return
-                self.changed([note.payload])
+                self._changes.changed([note.payload])

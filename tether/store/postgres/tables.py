@@ -9,7 +9,7 @@ import psycopg
 from psycopg import sql
 
 from tether.store.postgres.store import PostgresStore, redacted
-from tether.store.tables import BATCH, SEQUENCED, TABLES, Rows, columns, strip_seq
+from tether.store.sql.rows import BATCH, SEQUENCED, TABLES, Rows, columns, strip_seq
 
 ORDER = {
     "tasks": 'id COLLATE "C"',  # byte order, as SQLite's
