@@ -26,20 +26,26 @@ from tether.store import SQLiteStore
 @pytest.fixture(scope="session")
 def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMPolicyServer]:
     logs = tmp_path_factory.mktemp("vllm-logs")
-    server = open_policy_server("vllm", PolicyServerOptions(model="smollm2-135m", log_dir=logs))
+    # Room for two policies side by side (tests/policy_server/test_vllm_policies.py): --max-loras 4.
+    options = PolicyServerOptions(model="smollm2-135m", log_dir=logs, policies=2)
+    server = open_policy_server("vllm", options)
     assert isinstance(server, VLLMPolicyServer)
     yield server
     server.close()
 
 
-def rig_over(tmp_path: Path, upstream: Any) -> Iterator[GatewayRig]:
-    """A gateway on loopback whose policy upstream is `upstream`."""
+def rig_over(tmp_path: Path, *upstreams: Any, routes: dict[str, str] | None = None) -> Iterator[GatewayRig]:
+    """A gateway on loopback whose upstreams are `upstreams` (the first the policy's, unless `routes`)."""
     from tests.gateway.fake_upstream import Behaviour
 
     store = SQLiteStore(tmp_path / "store.db")
     auth = TokenAuthority.generate()
-    gateway = Gateway(store, auth, GatewayConfig(hold_limit_s=60))
-    gateway.add_upstream(upstream)
+    config = (
+        GatewayConfig(hold_limit_s=60) if routes is None else GatewayConfig(hold_limit_s=60, routes=routes)
+    )
+    gateway = Gateway(store, auth, config)
+    for upstream in upstreams:
+        gateway.add_upstream(upstream)
     with serve_app(create_app(gateway)) as url:
         gateway.config.public_url = url
         yield GatewayRig(url, gateway, store, auth, Behaviour())

@@ -168,8 +168,8 @@ def test_policy_specs_parse_and_conflicts_are_refused() -> None:
         check_policies([PolicySpec("writer"), PolicySpec("writer", 8)], ())
     with pytest.raises(PolicySpecError, match="both a trained policy and a fixed agent: checker"):
         check_policies([PolicySpec("checker")], ["checker"])
-    with pytest.raises(ValueError, match="built-in engine"):
-        TrainerConfig(model="tiny-random", policies=POLICIES, policy_server="vllm")
+    with pytest.raises(ValueError, match="local learner"):
+        TrainerConfig(model="tiny-random", policies=POLICIES, learner="ray")
 
 
 def test_async_two_policies_judge_staleness_by_each_policys_own_version(tmp_path: Path) -> None:

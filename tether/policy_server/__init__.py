@@ -32,6 +32,7 @@ class PolicyServerOptions:
     lora_rank: int = 16
     log_dir: Path | None = None
     need_pause: bool = False
+    policies: int = 1  # LoRA policies served side by side (vLLM sizes --max-loras for them)
 
 
 Factory = Callable[[PolicyServerOptions], PolicyServer]

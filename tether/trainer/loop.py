@@ -162,10 +162,10 @@ class TrainerConfig:
         if not self.policies:
             return
         check_policies(self.policies, self.fixed_agents)
-        if self.policy_server != "builtin" or self.learner != "local":
+        if self.learner != "local":
             raise ValueError(
-                "several policies (--policy) are served by the built-in engine and trained by the local "
-                "learner for now: drop --policy-server/--vllm and --ray-learner, or train one policy"
+                "several policies (--policy) are trained by the local learner for now: drop the Ray "
+                "learner, or train one policy"
             )
 
     @property
@@ -323,6 +323,7 @@ class Trainer:
             name=name,
             max_batch_size=self.config.n_workers,
             threads=self.config.engine_threads,
+            policies=max(1, len(self.config.policies)),
         )
         server = open_policy_server(kind or self.config.policy_server, options)
         opened.append(server)

@@ -21,6 +21,7 @@ from tether.policy_server.vllm.launch import (
 )
 from tether.policy_server.vllm.replica import Replica, VLLMError, check_capabilities
 from tether.policy_server.vllm.server import (
+    ADAPTERS_KEPT,
     VLLMPolicyServer,
     connect_external,
     model_has_tool_template,
@@ -35,7 +36,9 @@ PROGRESS_EVERY_S = 10.0
 
 def open_vllm(options: PolicyServerOptions) -> VLLMPolicyServer:
     if options.urls:
-        return connect_external(options.urls, name=options.name, need_pause=options.need_pause)
+        return connect_external(
+            options.urls, name=options.name, need_pause=options.need_pause, policies=options.policies
+        )
     from tether.engines.catalog import resolve_model
 
     install = find_vllm(options.engine_python)
@@ -47,6 +50,7 @@ def open_vllm(options: PolicyServerOptions) -> VLLMPolicyServer:
             model_dir,
             port=options.port + index if options.port else 0,
             lora_rank=options.lora_rank,
+            max_loras=ADAPTERS_KEPT * max(1, options.policies),
             extra_args=tuple(options.engine_args),
             log_path=log_dir / f"vllm-{options.name}-{index}.log",
             tools_template=tools_template,

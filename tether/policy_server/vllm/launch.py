@@ -123,6 +123,7 @@ class LaunchSpec:
     served_name: str = "base"
     port: int = 0
     lora_rank: int = 16
+    max_loras: int = 2  # adapters in one batch: the version served and the one before, per policy
     max_model_len: int = 2048
     extra_args: Sequence[str] = ()
     log_path: Path | None = None
@@ -145,7 +146,7 @@ class LaunchSpec:
             "--max-lora-rank",
             str(self.lora_rank),
             "--max-loras",
-            "2",  # the version being served and the one before, for calls that started on it
+            str(self.max_loras),
             "--enable-auto-tool-choice",
             "--tool-call-parser",
             "hermes",  # <tool_call>{json}</tool_call>: the format of our template

@@ -3,6 +3,7 @@ and the check of what an external server was started with."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -113,6 +114,7 @@ class Capabilities:
     token_ids: bool
     problems: tuple[str, ...]
     processed_logprobs: bool = False  # logprobs are under the sampling distribution (verified)
+    max_loras: int | None = None  # adapters one batch may hold (--max-loras), from /metrics; None: unknown
 
 
 def check_capabilities(replica: Replica) -> Capabilities:
@@ -128,7 +130,17 @@ def check_capabilities(replica: Replica) -> Capabilities:
         pause = client.get("/is_paused").status_code == 200
         ids = _probe_token_ids(client, base, problems)
         processed = _probe_processed_logprobs(client, base)
-    return Capabilities(base, lora, pause, ids, tuple(problems), processed)
+        max_loras = _probe_max_loras(client)
+    return Capabilities(base, lora, pause, ids, tuple(problems), processed, max_loras)
+
+
+def _probe_max_loras(client: httpx.Client) -> int | None:
+    """vLLM's `--max-loras`, as its Prometheus gauge `vllm:lora_requests_info` labels it."""
+    response = client.get("/metrics")
+    if response.status_code != 200:
+        return None
+    found = re.search(r'vllm:lora_requests_info\{[^}]*max_lora="(\d+)"', response.text)
+    return int(found.group(1)) if found else None
 
 
 def _probe_processed_logprobs(client: httpx.Client, base: str) -> bool:

@@ -6,6 +6,11 @@ name it was sent with, so every recorded call names the version that generated i
 started on N-1 finish on N-1 (the two newest names stay loaded). Full weights are reloaded in place
 through vLLM's `reload_weights`, around vLLM's own pause when the server has it.
 
+Several policies (`policy_upstream`, `load_policy`). Each is a LoRA adapter of the same base model with its
+own names (`policy-NAME-vN`), version and upstream over the same replicas; vLLM batches calls of several
+adapters together (managed replicas start with `--max-loras` = policies x the two versions kept; an
+external server is checked for as many).
+
 Replicas. Rollouts stick to one replica (`ReplicaUpstream`). A watcher thread pings each replica; one that
 stops answering leaves the rotation, a managed one is restarted, and any replica that comes back is
 loaded with the current version before it gets traffic again.
@@ -15,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import secrets
 import threading
 import time
@@ -56,6 +62,7 @@ class VLLMPolicyServer:
         on_wait: Callable[[float, str], None] | None = None,
         processed_logprobs: bool = True,
     ) -> None:
+        self.processed_logprobs = processed_logprobs
         self.name = name
         self.replicas = list(replicas)
         self.use_pause = use_pause
@@ -67,27 +74,34 @@ class VLLMPolicyServer:
         self.adapter_prefix = f"{name}-{secrets.token_hex(3)}"
         self.swap_seconds: list[float] = []
         self.restarts = 0
-        http = [
-            HTTPUpstream(
-                HTTPUpstreamConfig(
-                    name=f"{name}#{index}",
-                    base_url=replica.base_url,
-                    model=base_model,
-                    request_token_ids=True,
-                    policy_version=0,
-                    max_retries=2,
-                    processed_logprobs=processed_logprobs,
-                )
-            )
-            for index, replica in enumerate(self.replicas)
-        ]
-        self._upstream = ReplicaUpstream(name, http, on_down=self._on_down)
+        self._upstream = self._replica_upstream(name)
+        self.policies: dict[str, tuple[Served, ReplicaUpstream]] = {}  # several policies: name -> track
         self._lock = threading.Lock()  # one swap or one restore at a time
         self._pool = ThreadPoolExecutor(max_workers=max(1, len(self.replicas)), thread_name_prefix="vllm")
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._watcher = threading.Thread(target=self._watch, name="tether-vllm-watch", daemon=True)
         self._watcher.start()
+
+    def _replica_upstream(self, name: str) -> ReplicaUpstream:
+        http = [
+            HTTPUpstream(
+                HTTPUpstreamConfig(
+                    name=f"{name}#{index}",
+                    base_url=replica.base_url,
+                    model=self.base_model,
+                    request_token_ids=True,
+                    policy_version=0,
+                    max_retries=2,
+                    processed_logprobs=self.processed_logprobs,
+                )
+            )
+            for index, replica in enumerate(self.replicas)
+        ]
+        return ReplicaUpstream(name, http, on_down=self._on_down)
+
+    def _upstreams(self) -> list[ReplicaUpstream]:
+        return [self._upstream, *(upstream for _, upstream in self.policies.values())]
 
     # -- the PolicyServer protocol ----------------------------------------------------------------------
 
@@ -100,6 +114,22 @@ class VLLMPolicyServer:
 
     async def load(self, weights: PolicyWeights) -> int:
         return await asyncio.to_thread(self._load, weights)
+
+    # -- several policies ---------------------------------------------------------------------------------
+
+    def policy_upstream(self, policy: str) -> Upstream:
+        if policy not in self.policies:
+            self.policies[policy] = (Served(0, self.base_model), self._replica_upstream(policy))
+        return self.policies[policy][1]
+
+    def version_of(self, policy: str) -> int:
+        return self.policies[policy][0].version if policy in self.policies else 0
+
+    async def load_policy(self, weights: PolicyWeights, policy: str) -> int:
+        if weights.kind != "lora":
+            raise ValueError(f"policy {policy}: several policies share the base model as LoRA adapters only")
+        self.policy_upstream(policy)
+        return await asyncio.to_thread(self._load_policy, weights, policy)
 
     async def pause(self) -> None:
         if self.use_pause:
@@ -134,6 +164,18 @@ class VLLMPolicyServer:
         self.swap_seconds.append(time.monotonic() - started)
         return weights.version
 
+    def _load_policy(self, weights: PolicyWeights, policy: str) -> int:
+        started = time.monotonic()
+        with self._lock:
+            model = f"{self.adapter_prefix}-{policy}-v{weights.version}"
+            self._each_live(lambda replica: self._apply(replica, weights, model))
+            upstream = self.policies[policy][1]
+            self.policies[policy] = (Served(weights.version, model, weights), upstream)
+            upstream.retarget(model, weights.version)
+            self._each_live(self._unload_old)
+        self.swap_seconds.append(time.monotonic() - started)
+        return weights.version
+
     def _apply(self, replica: Replica, weights: PolicyWeights, model: str) -> None:
         if weights.kind == "lora":
             replica.load_adapter(model, weights.path)
@@ -141,8 +183,13 @@ class VLLMPolicyServer:
             replica.reload_weights(weights.path, weights.version)
 
     def _unload_old(self, replica: Replica) -> None:
-        for old in replica.adapters[:-ADAPTERS_KEPT]:
-            replica.unload_adapter(old)
+        """Keep each policy's two newest adapters (the one served, and the one calls may still finish on)."""
+        prefix = re.escape(self.adapter_prefix)
+        tracks = [re.compile(rf"{prefix}-{re.escape(name)}-v\d+") for name in self.policies]
+        for track in [re.compile(rf"{prefix}-v\d+"), *tracks]:
+            names = [name for name in replica.adapters if track.fullmatch(name)]
+            for old in names[:-ADAPTERS_KEPT]:
+                replica.unload_adapter(old)
 
     def _unload_all(self, replica: Replica) -> None:
         for name in list(replica.adapters):
@@ -175,18 +222,22 @@ class VLLMPolicyServer:
                     log.warning("replica %s: %s", replica.url, exc)
 
     def _check(self, index: int, replica: Replica) -> None:
-        up = self._upstream.is_up(index)
+        up = all(upstream.is_up(index) for upstream in self._upstreams())
         process = replica.process
         if process is not None and not process.alive():
             if up:
-                self._upstream.mark_down(index, f"vLLM at {replica.url} exited: {process.failure()}")
+                self._mark_down(index, f"vLLM at {replica.url} exited: {process.failure()}")
             self._restart(replica)
         elif up:
             if not replica.healthy():
-                self._upstream.mark_down(index, f"vLLM at {replica.url} stopped answering /health")
+                self._mark_down(index, f"vLLM at {replica.url} stopped answering /health")
             return
         if replica.healthy():
             self._restore(index, replica)
+
+    def _mark_down(self, index: int, reason: str) -> None:
+        for upstream in self._upstreams():
+            upstream.mark_down(index, reason)
 
     def _restart(self, replica: Replica) -> None:
         if self.restarts >= RESTARTS_MAX:
@@ -198,21 +249,28 @@ class VLLMPolicyServer:
         replica.process.wait_ready(on_wait=self.on_wait)
 
     def _restore(self, index: int, replica: Replica) -> None:
-        """A replica back in rotation serves what the others serve: the current version first."""
+        """A replica back in rotation serves what the others serve: each policy's current version first."""
         with self._lock:
             served = self.served
             replica.adapters.clear()  # a restarted server has none; a live one keeps what it had
-            if served.weights is not None and served.weights.kind == "lora":
-                try:
-                    replica.load_adapter(served.model, served.weights.path)
-                except VLLMError as exc:
-                    if "already" not in str(exc):
-                        raise
-                    replica.adapters.append(served.model)
-            elif served.weights is not None:
+            for track in [served, *(track for track, _ in self.policies.values())]:
+                if track.weights is not None and track.weights.kind == "lora":
+                    _reload_adapter(replica, track)
+            if served.weights is not None and served.weights.kind != "lora":
                 replica.reload_weights(served.weights.path, served.version)
-            self._upstream.mark_up(index)
+            for upstream in self._upstreams():
+                upstream.mark_up(index)
         log.warning("replica %s back in rotation, serving version %d", replica.url, served.version)
+
+
+def _reload_adapter(replica: Replica, served: Served) -> None:
+    assert served.weights is not None
+    try:
+        replica.load_adapter(served.model, served.weights.path)
+    except VLLMError as exc:
+        if "already" not in str(exc):
+            raise
+        replica.adapters.append(served.model)
 
 
 # -- opening one --------------------------------------------------------------------------------------------
@@ -242,11 +300,20 @@ def start_managed(
     )
 
 
-def connect_external(urls: Sequence[str], *, name: str, need_pause: bool = False) -> VLLMPolicyServer:
+def connect_external(
+    urls: Sequence[str], *, name: str, need_pause: bool = False, policies: int = 1
+) -> VLLMPolicyServer:
     """Use servers the user started, after checking each has what Tether needs."""
     replicas = [Replica(_root(url)) for url in urls]
     capabilities = [check_capabilities(replica) for replica in replicas]
     problems = [f"{r.url}: {p}" for r, c in zip(replicas, capabilities, strict=True) for p in c.problems]
+    wanted = ADAPTERS_KEPT * max(1, policies)
+    problems += [
+        f"{r.url}: started with --max-loras {c.max_loras}; {policies} policies keep {wanted} adapters "
+        f"loaded (each serves its version and the one before): restart it with --max-loras {wanted}"
+        for r, c in zip(replicas, capabilities, strict=True)
+        if policies > 1 and c.max_loras is not None and c.max_loras < wanted
+    ]
     if need_pause:
         problems += [
             f"{r.url}: no /pause route: start vLLM with VLLM_SERVER_DEV_MODE=1 in its environment"
