@@ -128,3 +128,17 @@ def test_bad_status_is_rejected_by_argparse(capsys: pytest.CaptureFixture[str]) 
     with pytest.raises(SystemExit):
         run("transitions", "export", "--out", "x.jsonl", "--status", "done")
     assert "invalid choice: 'done'" in capsys.readouterr().err
+
+
+def test_exports_name_the_policy_that_generated_each_call(project: Path, tmp_path: Path) -> None:
+    import datasets
+
+    out = tmp_path / "t.jsonl"
+    assert run("transitions", "export", "--out", str(out), "--project-dir", str(project)) == 0
+    assert {t.policy for t in read_jsonl(out)} == {"policy"}  # the calls' upstream
+    folder = tmp_path / "ds"
+    assert (
+        run("transitions", "export", "--out", str(folder), "--format", "hf", "--project-dir", str(project))
+        == 0
+    )
+    assert set(datasets.load_from_disk(str(folder))["policy"]) == {"policy"}

@@ -50,6 +50,7 @@ def _features() -> Any:
             "attempt": Value("int64"),
             "call_index": Value("int64"),
             "agent": Value("string"),
+            "policy": Value("string"),
             "policy_version": Value("int64"),
             "prompt_ids": ids,
             "response_ids": ids,
