@@ -1,8 +1,10 @@
 """What `--agent-warm` saves per rollout: the time from launching an agent to its first model call, cold
 (`python agent.py`) and forked from a warm interpreter, for the demo agent (the `openai` client) and the
-SQL example (LangGraph and LangChain), launched alternately in the same run.
+SQL example (LangGraph and LangChain), launched alternately in the same run; with `--sandbox`, both
+under `--sandbox bwrap` (cold: a bwrap per rollout; warm: forked from a zygote in its own sandbox, each
+child confining itself).
 
-    .venv/bin/python -m bench.warm_start [--launches 20]
+    .venv/bin/python -m bench.warm_start [--launches 20] [--sandbox]
 
 The agents call a loopback stub that notes when each first request arrives and answers 400, which the
 clients do not retry, so each agent stops there (its error is expected); nothing else is timed. The
@@ -22,6 +24,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from tether.runner import LLM, CommandAgent
+from tether.runner.sandbox import BwrapSandbox, Sandbox, SandboxOptions
 from tether.runner.warm import WarmStarts
 
 ROOT = Path(__file__).parents[1]
@@ -71,13 +74,13 @@ async def first_call_seconds(agent: CommandAgent, task: dict[str, str], stub: Fi
     return stub.arrivals[key] - started
 
 
-async def measure(launches: int) -> dict[str, dict[str, list[float] | float]]:
+async def measure(launches: int, sandboxed: bool) -> dict[str, dict[str, list[float] | float]]:
     stub = FirstCalls()
     results: dict[str, dict[str, list[float] | float]] = {}
     for index, (name, (script, task)) in enumerate(AGENTS.items()):
         warm = WarmStarts()
-        cold_agent = CommandAgent(f"{sys.executable} {script}")
-        warm_agent = CommandAgent(f"{sys.executable} {script}", warm=warm)
+        cold_agent = CommandAgent(f"{sys.executable} {script}", sandbox=sandbox(sandboxed))
+        warm_agent = CommandAgent(f"{sys.executable} {script}", warm=warm, sandbox=sandbox(sandboxed))
         zygote_start = time.perf_counter()
         await first_call_seconds(warm_agent, task, stub, f"a{index}-first")  # starts the zygote
         zygote_seconds = time.perf_counter() - zygote_start
@@ -86,10 +89,16 @@ async def measure(launches: int) -> dict[str, dict[str, list[float] | float]]:
         for i in range(launches):  # alternated, so both see the same machine load
             cold.append(await first_call_seconds(cold_agent, task, stub, f"a{index}-cold-{i}"))
             hot.append(await first_call_seconds(warm_agent, task, stub, f"a{index}-warm-{i}"))
+        if warm.cold or warm.forked != launches + 1:
+            raise RuntimeError(f"{name}: not every warm launch was warm ({warm.cold or warm.forked})")
         warm.close()
         results[name] = {"cold": cold, "warm": hot, "zygote_first": zygote_seconds}
     stub.server.shutdown()
     return results
+
+
+def sandbox(sandboxed: bool) -> Sandbox | None:
+    return BwrapSandbox(SandboxOptions()) if sandboxed else None
 
 
 def sql_database() -> None:
@@ -104,10 +113,14 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--launches", type=int, default=20)
+    parser.add_argument("--sandbox", action="store_true", help="both under --sandbox bwrap")
     args = parser.parse_args()
     sql_database()
-    results = asyncio.run(measure(args.launches))
-    print(f"| agent, {args.launches} launches each | cold: median to first call | warm | cold / warm |")
+    results = asyncio.run(measure(args.launches, args.sandbox))
+    where = ", in --sandbox bwrap" if args.sandbox else ""
+    print(
+        f"| agent, {args.launches} launches each{where} | cold: median to first call | warm | cold / warm |"
+    )
     print("|---|---|---|---|")
     for name, values in results.items():
         cold = statistics.median(values["cold"])  # type: ignore[arg-type]

@@ -1,6 +1,8 @@
 """`--sandbox bwrap`: a hostile agent (`agents/sandbox_probe.py`) tries each hole the sandbox closes, with
 real bubblewrap, real processes and a real gateway on loopback; where it makes sense, the same agent
-unsandboxed gets through, so each test can fail. docs/security.md lists the guarantees and these tests."""
+unsandboxed gets through, so each test can fail. docs/security.md lists the guarantees and these tests.
+Each test of a Python agent runs it both ways it starts (`start`): cold, and forked from a warm
+interpreter (`--agent-warm`), which must then have started every sandboxed agent of the test."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from typing import Any
 import pytest
 
 from tests.rigs import GatewayRig
+from tether.cli import rollout_cmd
 from tether.cli.main import main
 from tether.project import Project
 from tether.runner import LLM, AgentEndpoints, CommandAgent
@@ -33,6 +36,7 @@ from tether.runner.sandbox import (
     gateway_address,
     project_hide,
 )
+from tether.runner.warm import WarmStarts
 from tether.store import RolloutRequest, RolloutStatus, SQLiteStore, Task
 
 AGENTS = Path(__file__).parent / "agents"
@@ -55,6 +59,52 @@ def bwrap_installed() -> None:
 
 def sandbox(**options: Any) -> BwrapSandbox:
     return BwrapSandbox(SandboxOptions(**options))
+
+
+class Start:
+    """How a test's sandboxed agents start: cold, or warm (`--agent-warm`), and then every one warm.
+    `cli` gives `tether rollout` the flag and records its WarmStarts, to count them there too."""
+
+    def __init__(self, warm: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.warm = WarmStarts() if warm else None
+        self.made: list[WarmStarts] = []
+        self.sandboxed = 0
+        recorded = self.made
+
+        class Recorded(WarmStarts):
+            def __init__(self, modules: Any = None) -> None:
+                super().__init__(modules)
+                recorded.append(self)
+
+        monkeypatch.setattr(rollout_cmd, "WarmStarts", Recorded)
+
+    def agent(self, template: str, **options: Any) -> CommandAgent:
+        """A sandboxed agent (`sandbox=` in options), started as this test starts them."""
+        self.sandboxed += 1
+        return CommandAgent(template, warm=self.warm, **options)
+
+    def cli(self, *args: str) -> list[str]:
+        return [*args, "--agent-warm"] if self.warm is not None else list(args)
+
+    def check(self, cli_rollouts: int = 0) -> None:
+        """Every sandboxed agent started warm, none cold (a warm start that fell back would prove nothing)."""
+        if self.warm is None:
+            return
+        if cli_rollouts:
+            assert [(w.cold, w.forked) for w in self.made] == [({}, cli_rollouts)]
+        else:
+            assert self.warm.cold == {} and self.warm.forked == self.sandboxed > 0
+
+    def close(self) -> None:
+        if self.warm is not None:
+            self.warm.close()
+
+
+@pytest.fixture(params=["cold", "warm"])
+def start(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[Start]:
+    starting = Start(request.param == "warm", monkeypatch)
+    yield starting
+    starting.close()
 
 
 def probe(mode: str, *args: object, python: str = PYTHON) -> str:
@@ -121,17 +171,18 @@ def outside_tmp() -> Iterator[Path]:
 # -- namespaces -------------------------------------------------------------------------------------
 
 
-def test_the_agent_sees_no_other_process_and_lives_in_namespaces_of_its_own() -> None:
+def test_the_agent_sees_no_other_process_and_lives_in_namespaces_of_its_own(start: Start) -> None:
     sibling = subprocess.Popen(
         [PYTHON, "-c", "import time; time.sleep(60)", "sibling-secret-arg"],
         env={"TETHER_TOKEN": "tadm-sibling-secret", "PATH": os.defpath},
     )
     try:
-        inside = seen(CommandAgent(probe("namespaces", sibling.pid), sandbox=sandbox()))
+        inside = seen(start.agent(probe("namespaces", sibling.pid), sandbox=sandbox()))
         outside = seen(CommandAgent(probe("namespaces", sibling.pid)))
     finally:
         sibling.kill()
         sibling.wait()
+    start.check()
     host = {kind: os.readlink(f"/proc/self/ns/{kind}") for kind in ("pid", "ipc", "mnt", "net", "uts")}
     assert all(inside["ns"][kind] != host[kind] for kind in host)
     assert inside["pids"] <= 3  # bwrap's init, the relay, the agent
@@ -145,18 +196,51 @@ def test_the_agent_sees_no_other_process_and_lives_in_namespaces_of_its_own() ->
     assert outside["ns"] == host
 
 
+def test_two_agents_at_once_share_no_folder_shared_memory_or_terminal(start: Start) -> None:
+    """Run side by side, each sees beside its scratch directory only its own relay directory, in /dev/shm
+    only its own file, in /dev/pts only its own terminal (warm: children of one zygote, whose sandbox
+    holds every rollout's folders)."""
+    names = [f"ro-{os.getpid()}-{i}" for i in range(2)]
+
+    async def side_by_side(agent: CommandAgent) -> list[dict[str, Any]]:
+        runs = [agent.run({}, {"TETHER_ROLLOUT_ID": name}, LLM_STUB, 60) for name in names]
+        results = await asyncio.gather(*runs)
+        assert all(result.error is None for result in results), [result.stderr for result in results]
+        return [json.loads(result.output or "{}") for result in results]
+
+    inside = asyncio.run(side_by_side(start.agent(probe("neighbours", 1.5), sandbox=sandbox())))
+    start.sandboxed += 1  # two runs of the one agent
+    try:
+        outside = asyncio.run(side_by_side(CommandAgent(probe("neighbours", 1.5))))
+    finally:
+        for name in names:
+            Path("/dev/shm", name).unlink(missing_ok=True)
+    start.check()
+    for name, seen in zip(names, inside, strict=True):
+        beside = seen["beside_scratch"]
+        assert len(beside) == 2 and seen["scratch"] in beside
+        assert [other for other in beside if other != seen["scratch"]][0].startswith("tether-sandbox-")
+        assert seen["shm"] == [name]
+        assert seen["pts"] == [seen["terminal"], "ptmx"]
+    # unsandboxed, each sees the other's scratch directory, file and terminal
+    for seen, other in zip(outside, reversed(outside), strict=True):
+        assert other["scratch"] in seen["beside_scratch"] and set(names) <= set(seen["shm"])
+        assert other["terminal"] in seen["pts"]
+
+
 # -- the environment --------------------------------------------------------------------------------
 
 
-def test_the_environment_is_an_allow_list(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_environment_is_an_allow_list(monkeypatch: pytest.MonkeyPatch, start: Start) -> None:
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "aws-secret")
     monkeypatch.setenv("GITHUB_TOKEN", "ghp-secret")
     monkeypatch.setenv("WANDB_API_KEY", "wandb-secret")
     monkeypatch.setenv("MY_SETTING", "passed on purpose")
     monkeypatch.setenv("LC_TIME", "C.UTF-8")
     runner_env = {"TETHER_ROLLOUT_ID": "ro-1", "OPENAI_API_KEY": "tro-token", "TETHER_TASK": "{}"}
-    inside = seen(CommandAgent(probe("env"), sandbox=sandbox(env_names=("MY_SETTING",))), runner_env)["env"]
+    inside = seen(start.agent(probe("env"), sandbox=sandbox(env_names=("MY_SETTING",))), runner_env)["env"]
     outside = seen(CommandAgent(probe("env")), runner_env)["env"]
+    start.check()
 
     assert not {"AWS_SECRET_ACCESS_KEY", "GITHUB_TOKEN", "WANDB_API_KEY"} & set(inside)
     assert {key: inside[key] for key in runner_env} == runner_env
@@ -173,7 +257,9 @@ def test_the_environment_is_an_allow_list(monkeypatch: pytest.MonkeyPatch) -> No
 # -- the file system --------------------------------------------------------------------------------
 
 
-def test_the_file_system_is_read_only_but_the_scratch_and_the_project_is_hidden(outside_tmp: Path) -> None:
+def test_the_file_system_is_read_only_but_the_scratch_and_the_project_is_hidden(
+    outside_tmp: Path, start: Start
+) -> None:
     project = Project.at(outside_tmp / "repo")  # the agent's code lives in the project, as in a repository
     project.authority()
     agent_file = project.root / "agents" / "probe.py"
@@ -191,10 +277,11 @@ def test_the_file_system_is_read_only_but_the_scratch_and_the_project_is_hidden(
     assert hide[0] == project.state_dir and project_hide(elsewhere.root, [PYTHON]) == [elsewhere.root]
     command = f"{PYTHON} {agent_file} files {project.root} {other_scratch} {tasks} {elsewhere.root}/notes.txt"
     try:
-        inside = seen(CommandAgent(command, sandbox=sandbox(hide=tuple(str(p) for p in hide))))
+        inside = seen(start.agent(command, sandbox=sandbox(hide=tuple(str(p) for p in hide))))
         outside = seen(CommandAgent(command))
     finally:
         shutil.rmtree(other_scratch)
+    start.check()
 
     assert inside["own_code"] is True  # the agent's own file, inside the project, is still there
     assert inside["secret"] == "FileNotFoundError" and inside["state_dir"] == []
@@ -216,8 +303,11 @@ def test_the_file_system_is_read_only_but_the_scratch_and_the_project_is_hidden(
     Path("/tmp/tether-sandbox-probe").unlink()
 
 
-def test_an_interpreter_of_a_virtual_environment_under_tmp_runs_with_its_environment(tmp_path: Path) -> None:
-    """/tmp is emptied in the sandbox, but a project checked out there runs from its own environment."""
+def test_an_interpreter_of_a_virtual_environment_under_tmp_runs_with_its_environment(
+    tmp_path: Path, start: Start
+) -> None:
+    """/tmp is emptied in the sandbox, but a project checked out there runs from its own environment.
+    Warm, the agent is a script (a `-c` command starts cold), in the virtual environment too."""
     venv = Path(tempfile.mkdtemp(prefix="sandbox-venv-"))
     try:
         subprocess.run([PYTHON, "-m", "venv", "--without-pip", str(venv)], check=True)
@@ -228,10 +318,14 @@ def test_an_interpreter_of_a_virtual_environment_under_tmp_runs_with_its_environ
             "print(json.dumps([p, os.path.isfile(m), os.path.getsize(p + '/secret.txt')]))"
         )
         command = f"{venv}/bin/python -I -c {json.dumps(code)}"
-        inside = seen(CommandAgent(command, sandbox=sandbox(hide=(str(venv / "secret.txt"),))))
+        if start.warm is not None:
+            (venv / "agent.py").write_text(code + "\n")
+            command = f"{venv}/bin/python {venv / 'agent.py'}"
+        inside = seen(start.agent(command, sandbox=sandbox(hide=(str(venv / "secret.txt"),))))
     finally:
         shutil.rmtree(venv)
     assert inside == [str(venv), True, 0]  # its own prefix, its files there, a hidden file still empty
+    start.check()
 
 
 # -- the network ------------------------------------------------------------------------------------
@@ -251,11 +345,12 @@ def host_listeners(tmp_path: Path) -> Iterator[tuple[int, str]]:
 
 
 def test_the_agent_reaches_the_gateway_and_nothing_else(
-    rig: GatewayRig, host_listeners: tuple[int, str]
+    rig: GatewayRig, host_listeners: tuple[int, str], start: Start
 ) -> None:
     port, unix_path = host_listeners
     rollout_id, env = live_env(rig)
-    inside = seen(CommandAgent(probe("network", port, unix_path), sandbox=sandbox()), env)
+    inside = seen(start.agent(probe("network", port, unix_path), sandbox=sandbox()), env)
+    start.check()
     assert inside["gateway"] == 200 and calls(rig, rollout_id) == 1  # recorded, through the relay
     assert inside["admin"] in (401, 403)  # the same port serves the admin API: not to a rollout token
     assert inside["host_port"] == "ConnectionRefusedError"  # the sandbox's loopback is its own
@@ -278,26 +373,29 @@ def test_a_gateway_on_another_host_is_relayed_under_the_sandboxs_loopback() -> N
 
 
 @pytest.mark.skipif(AS_ROOT and not os.path.exists(SYSTEM_PYTHON), reason="as root, needs /usr/bin/python3")
-def test_the_process_limit_stops_a_fork_bomb() -> None:
+def test_the_process_limit_stops_a_fork_bomb(start: Start) -> None:
     # Linux does not apply RLIMIT_NPROC to uid 0: as root, the agent runs as `nobody` (--agent-user), with
     # a Python that user can run.
     user, python = ("nobody", SYSTEM_PYTHON) if AS_ROOT else (None, PYTHON)
     limits = SandboxLimits(processes=16)
-    inside = seen(CommandAgent(probe("fork", 40, python=python), user=user, sandbox=sandbox(limits=limits)))
+    inside = seen(start.agent(probe("fork", 40, python=python), user=user, sandbox=sandbox(limits=limits)))
     outside = seen(CommandAgent(probe("fork", 40, python=python), user=user))
+    start.check()
     assert inside["error"] == "BlockingIOError" and inside["forked"] < 16
     assert outside == {"forked": 40, "error": None}
 
 
-def test_the_memory_limit_stops_a_large_allocation() -> None:
+def test_the_memory_limit_stops_a_large_allocation(start: Start) -> None:
     limits = SandboxLimits(memory_mib=256)
-    inside = seen(CommandAgent(probe("memory", 512), sandbox=sandbox(limits=limits)))
+    inside = seen(start.agent(probe("memory", 512), sandbox=sandbox(limits=limits)))
     outside = seen(CommandAgent(probe("memory", 512)))
+    start.check()
     assert inside == {"allocated": False} and outside == {"allocated": True}
 
 
-def test_the_cpu_limit_kills_a_spinning_agent() -> None:
-    result = run(CommandAgent(probe("spin"), sandbox=sandbox(limits=SandboxLimits(cpu_s=1))))
+def test_the_cpu_limit_kills_a_spinning_agent(start: Start) -> None:
+    result = run(start.agent(probe("spin"), sandbox=sandbox(limits=SandboxLimits(cpu_s=1))))
+    start.check()
     assert result.exit_code == 128 + 24  # SIGXCPU at the soft limit (SIGKILL a second later if caught)
     assert "killed by SIGXCPU (the CPU-time limit" in (result.error or "")
 
@@ -305,11 +403,12 @@ def test_the_cpu_limit_kills_a_spinning_agent() -> None:
 # -- nothing outlives the sandbox -------------------------------------------------------------------
 
 
-def test_a_double_forked_daemon_dies_with_the_agent(rig: GatewayRig) -> None:
+def test_a_double_forked_daemon_dies_with_the_agent(rig: GatewayRig, start: Start) -> None:
     rollout_id, env = live_env(rig)
     marker = f"tether-daemon-{os.getpid()}-a"
-    result = run(CommandAgent(probe("daemon", marker), sandbox=sandbox()), env)
+    result = run(start.agent(probe("daemon", marker), sandbox=sandbox()), env)
     assert result.error is None, result.stderr
+    start.check()
     assert calls(rig, rollout_id) >= 1  # the daemon was alive and calling the gateway
     assert gone(marker)
 
@@ -322,11 +421,11 @@ def test_a_double_forked_daemon_dies_with_the_agent(rig: GatewayRig) -> None:
     assert survivors  # unsandboxed, it outlives the agent
 
 
-def test_a_killed_sandbox_takes_its_daemon_with_it(rig: GatewayRig) -> None:
+def test_a_killed_sandbox_takes_its_daemon_with_it(rig: GatewayRig, start: Start) -> None:
     """A timeout and Ctrl-C end an agent the same way: its process group is killed (here: cancelled)."""
     rollout_id, env = live_env(rig)
     marker = f"tether-daemon-{os.getpid()}-c"
-    agent = CommandAgent(probe("daemon", marker, "hang"), sandbox=sandbox())
+    agent = start.agent(probe("daemon", marker, "hang"), sandbox=sandbox())
 
     async def cancel_once_the_daemon_calls() -> None:
         task = asyncio.create_task(agent.run({}, env, LLM_STUB, 600))
@@ -338,6 +437,7 @@ def test_a_killed_sandbox_takes_its_daemon_with_it(rig: GatewayRig) -> None:
 
     asyncio.run(cancel_once_the_daemon_calls())
     assert gone(marker)
+    start.check()
 
 
 # -- bad setup --------------------------------------------------------------------------------------
@@ -384,7 +484,7 @@ def test_sandbox_options_without_a_sandbox_are_refused(tmp_path: Path) -> None:
 
 
 def test_tether_rollout_with_the_sandbox_records_the_agents_call(
-    tmp_path: Path, upstream_url: str, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, upstream_url: str, capsys: pytest.CaptureFixture[str], start: Start
 ) -> None:
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text(
@@ -393,7 +493,8 @@ def test_tether_rollout_with_the_sandbox_records_the_agents_call(
     args = ["rollout", "--agent", f"{PYTHON} {CLI_AGENTS / 'one_call_agent.py'}", "--tasks", str(tasks)]
     args += ["--reward", f"{CLI_AGENTS / 'reward.py'}:echoed", "--sandbox", "bwrap", "--n-workers", "2"]
     args += ["--upstream", upstream_url, "--upstream-token-ids", "--project-dir", str(tmp_path)]
-    assert main(args) == 0
+    assert main(start.cli(*args)) == 0
+    start.check(cli_rollouts=2)
     store = SQLiteStore(tmp_path / ".tether" / "store.db")
     try:
         rollouts = store.list_rollouts(limit=10)
@@ -426,6 +527,7 @@ def test_a_hostile_agent_run_by_tether_rollout_fails_at_every_hole_in_the_sandbo
     upstream_url: str,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
+    start: Start,
 ) -> None:
     """As a user runs it: the same agent, run by `tether rollout` with and without `--sandbox bwrap`,
     tries each hole; every one it finds unsandboxed is closed in the sandbox, and the gateway works."""
@@ -437,7 +539,8 @@ def test_a_hostile_agent_run_by_tether_rollout_fails_at_every_hole_in_the_sandbo
     postgres = socket.create_server(("127.0.0.1", 0))  # what PostgreSQL's port looks like to a client
     outcome: dict[str, dict[str, Any]] = {}
     try:
-        for kind, extra in (("sandboxed", ["--sandbox", "bwrap", "--sandbox-memory", "256"]), ("plain", [])):
+        sandboxed = start.cli("--sandbox", "bwrap", "--sandbox-memory", "256")
+        for kind, extra in (("sandboxed", sandboxed), ("plain", [])):
             project = outside_tmp / kind
             project.mkdir()
             marker = f"tether-cli-daemon-{os.getpid()}-{kind}"
@@ -451,6 +554,7 @@ def test_a_hostile_agent_run_by_tether_rollout_fails_at_every_hole_in_the_sandbo
         postgres.close()
         shutil.rmtree(other_scratch)
     capsys.readouterr()
+    start.check(cli_rollouts=1)
     inside, outside = outcome["sandboxed"], outcome["plain"]
     assert inside == {
         "gateway": 200,  # the one way out works

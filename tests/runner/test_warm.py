@@ -327,15 +327,44 @@ def test_a_warm_agent_cancelled_at_any_moment_leaves_nothing_running(warm: WarmS
             os.kill(pid, signal.SIGKILL)
 
 
-def test_sandboxed_and_non_python_agents_start_cold(
-    warm: WarmStarts, caplog: pytest.LogCaptureFixture
+def test_non_python_agents_and_sandboxed_ones_with_a_working_directory_start_cold(
+    warm: WarmStarts, caplog: pytest.LogCaptureFixture, tmp_path: Path
 ) -> None:
-    sandboxed = CommandAgent(probe("report"), sandbox=BwrapSandbox(SandboxOptions()), warm=warm)
+    sandboxed = CommandAgent(
+        probe("report"), cwd=str(tmp_path), sandbox=BwrapSandbox(SandboxOptions()), warm=warm
+    )
     assert sandboxed.warm is None
-    assert "sandboxed agents start cold" in caplog.text
+    assert "sandboxed agents with --agent-cwd start cold" in caplog.text
     shell = CommandAgent("echo hello", warm=warm)
     assert run(shell).output == "hello"
     assert "echo" in warm.cold and "not `PYTHON SCRIPT.py" in warm.cold["echo"]
+
+
+def test_a_sandboxed_warm_agent_is_started_exactly_as_its_cold_start_in_the_sandbox(
+    warm: WarmStarts,
+) -> None:
+    """In `--sandbox bwrap` too (the isolation itself, both ways: tests/runner/test_sandbox.py)."""
+    sandboxed = {"sandbox": BwrapSandbox(SandboxOptions()), "env": {"PROBE_VALUE": "per-rollout"}}
+    cold, hot = both(probe("report", "an arg"), warm, **sandboxed)
+    assert cold.ok and hot.ok, (cold.stderr, hot.stderr)
+    assert warm.forked == 1 and not warm.cold
+    seen = {name: json.loads(result.output or "{}") for name, result in (("cold", cold), ("warm", hot))}
+    assert (seen["cold"]["preloaded"], seen["warm"]["preloaded"]) == (False, True)
+    for key in ("argv", "name", "file", "path0", "env", "rollout", "prefix", "pgid_is_pid", "stdin"):
+        assert seen["warm"][key] == seen["cold"][key], key
+    for started in seen.values():  # each in a scratch directory of its own, its HOME and TMPDIR
+        environ = started["environ"]
+        assert environ["HOME"] == environ["TMPDIR"] == environ["PWD"] == started["cwd"]
+        assert os.path.basename(started["cwd"]).startswith("tether-agent-")
+    assert set(seen["warm"]["environ"]) == set(seen["cold"]["environ"])
+    assert hot.stdout.splitlines()[0] == cold.stdout.splitlines()[0] == "noise line"
+
+
+def test_a_sandboxed_warm_interpreter_also_learns_its_lazy_imports(warm: WarmStarts) -> None:
+    agent = CommandAgent(probe("lazy"), sandbox=BwrapSandbox(SandboxOptions()), warm=warm)
+    seen = [json.loads(run(agent).output or "{}")["lazy_preloaded"] for _ in range(3)]
+    assert seen == [False, True, True] and warm.forked == 3 and not warm.cold
+    assert len(warm.retired) == 1 and all(zygote.wrap for zygote in warm.zygotes.values())
 
 
 def test_what_a_warm_interpreter_preloads_is_the_scripts_module_level_imports(tmp_path: Path) -> None:

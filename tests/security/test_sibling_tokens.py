@@ -2,7 +2,8 @@
 hostile agents (`agents/sibling_thief.py`) each wait for the other, read its environment from
 /proc/PID/environ and make a model call with its token. Without a sandbox (Tether's own user) the theft
 works and the call becomes one of the sibling's spans, so the test can fail; under `--sandbox bwrap` no
-sibling is to be found, and each rollout holds its own call only."""
+sibling is to be found, and each rollout holds its own call only: started cold, and with `--agent-warm`
+(both forked from one warm interpreter, which starts them both)."""
 
 from __future__ import annotations
 
@@ -16,8 +17,10 @@ from typing import Any
 import pytest
 
 from tests.gateway.fake_upstream import Behaviour
+from tether.cli import rollout_cmd
 from tether.cli.main import main
 from tether.contracts import Origin
+from tether.runner.warm import WarmStarts
 from tether.store import RolloutStatus, SQLiteStore
 
 AGENTS = Path(__file__).parent / "agents"
@@ -64,13 +67,29 @@ def thieves(tmp_path: Path, upstream_url: str, kind: str, *extra: str) -> dict[s
     return seen
 
 
+@pytest.mark.parametrize("start", ["cold", "warm"])
 def test_an_agent_cannot_call_with_its_siblings_token_through_tether_rollout_in_the_sandbox(
-    tmp_path: Path, upstream_url: str, behaviour: Behaviour, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    upstream_url: str,
+    behaviour: Behaviour,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    start: str,
 ) -> None:
     if shutil.which("bwrap") is None:
         pytest.fail("bubblewrap is not installed: run scripts/ensure_bwrap.sh (make test does)")
-    inside = thieves(tmp_path, upstream_url, "sandboxed", "--sandbox", "bwrap")
+    made: list[WarmStarts] = []
+
+    class Recorded(WarmStarts):
+        def __init__(self, modules: Any = None) -> None:
+            super().__init__(modules)
+            made.append(self)
+
+    monkeypatch.setattr(rollout_cmd, "WarmStarts", Recorded)
+    warm = ["--agent-warm"] if start == "warm" else []
+    inside = thieves(tmp_path, upstream_url, "sandboxed", "--sandbox", "bwrap", *warm)
     assert not any(STOLEN_SAYS in json.dumps(request) for request in behaviour.requests)
+    assert [(w.cold, w.forked) for w in made] == ([({}, 2)] if warm else [])  # both warm, or both cold
     outside = thieves(tmp_path, upstream_url, "plain")
     capsys.readouterr()
 

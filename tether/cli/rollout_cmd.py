@@ -109,8 +109,9 @@ def add_runner_args(parser: argparse.ArgumentParser) -> None:
         help="fork each Python agent (`python SCRIPT.py ...` or `python -m MODULE ...`) from a warm "
         "interpreter of its own Python that has the script's top-level imports loaded, instead of "
         "starting Python and importing them per rollout; run exactly as a cold start (argv, cwd, "
-        "environment, exit code, timeouts). Sandboxed agents, other commands and modules that start a "
-        "thread or open a socket at import start cold, with one line saying why",
+        "environment, exit code, timeouts; with --sandbox bwrap, the same sandbox). Other commands, "
+        "modules that start a thread or open a socket at import, and sandboxed agents with --agent-cwd "
+        "start cold, with one line saying why",
     )
     parser.add_argument(
         "--agent-preload",

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from tether.contracts import SECRET_ENV, TASK_REFERENCE
-from tether.runner.sandbox import Command, NoSandbox, Sandbox, SandboxError
+from tether.runner.sandbox import BwrapSandbox, Command, Confined, NoSandbox, Sandbox, SandboxError
 from tether.runner.warm import ChildPipes, Started, WarmStarts, ZygoteDied
 
 OUTPUT_LIMIT_BYTES = 64 * 1024
@@ -109,7 +109,9 @@ class CommandAgent:
     With `sandbox` (`tether/runner/sandbox.py`, e.g. `BwrapSandbox` for `--sandbox bwrap`), each process
     is launched through it: the sandbox decides what it inherits, sees and reaches. With `warm`
     (`tether/runner/warm.py`, `--agent-warm`), a Python agent is forked from a warm interpreter that has
-    its imports loaded, run as its cold start would be; a sandboxed agent always starts cold.
+    its imports loaded, run as its cold start would be; in `BwrapSandbox` the zygote has a sandbox of its
+    own and each child confines itself as bwrap confines a cold agent (`confine`), its scratch directory
+    made in the warm folder, the only place the zygote sees it.
     """
 
     def __init__(
@@ -137,11 +139,7 @@ class CommandAgent:
         self.identity: dict[str, Any] = {} if user is None else _identity(user)
         self.sandbox: Sandbox = sandbox or NoSandbox()
         self.sandbox.check(self.identity)  # bad setup fails here, before any rollout
-        if warm is not None and not isinstance(self.sandbox, NoSandbox):
-            # each sandbox has namespaces of its own, which a fork of one shared interpreter would not
-            log.warning("--agent-warm: sandboxed agents start cold (a sandbox per rollout, no shared zygote)")
-            warm = None
-        self.warm = warm
+        self.warm = _warm_for(warm, self.sandbox, cwd)
 
     def close(self) -> None:
         """Stop the warm interpreters (they also end with Tether's process, whose pipe they read)."""
@@ -175,7 +173,7 @@ class CommandAgent:
         if self.cwd is not None:
             yield self.cwd
             return
-        scratch = tempfile.mkdtemp(prefix="tether-agent-")
+        scratch = tempfile.mkdtemp(prefix="tether-agent-", dir=self._scratch_parent())
         try:
             if self.user is not None:
                 shutil.chown(scratch, user=self.user)
@@ -183,28 +181,52 @@ class CommandAgent:
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
 
+    def _scratch_parent(self) -> str | None:
+        """Where scratch directories are made: a sandboxed warm agent's in the warm folder."""
+        if self.warm is None or not isinstance(self.sandbox, BwrapSandbox):
+            return None
+        return self.warm.sandbox_folder(self.identity)
+
     async def _run(self, argv: list[str], cwd: str, env: Mapping[str, str], timeout_s: float) -> AgentResult:
         command = Command(argv, cwd, {**self.env, **env}, agent_environment(os.environ), self.identity)
         try:
+            if self.warm is not None:
+                result = await self._run_warm(command, timeout_s)
+                if result is not None:
+                    return result
             async with self.sandbox.launch(command) as launch:
-                if self.warm is not None:
-                    zygote_env = {**command.inherited, **self.env}
-                    result = await self._spawn_warm(launch, zygote_env, timeout_s)
-                    if result is not None:
-                        return result
                 return await self._spawn(launch, argv[0], timeout_s)
         except (SandboxError, OSError) as exc:
             return AgentResult(None, None, error=f"the sandbox could not start: {exc}")
 
-    async def _spawn_warm(
-        self, command: Command, zygote_env: Mapping[str, str], timeout_s: float
-    ) -> AgentResult | None:
+    async def _run_warm(self, command: Command, timeout_s: float) -> AgentResult | None:
         """The agent forked from its warm interpreter; None when it must start cold instead."""
+        if isinstance(self.sandbox, BwrapSandbox):
+            folder = self._scratch_parent()
+            assert folder is not None
+            async with self.sandbox.confine(command, folder, self.env) as (launch, confined):
+                return await self._spawn_warm(launch, confined.env, timeout_s, confined)
+        async with self.sandbox.launch(command) as launch:
+            return await self._spawn_warm(launch, {**command.inherited, **self.env}, timeout_s)
+
+    async def _spawn_warm(
+        self,
+        command: Command,
+        zygote_env: Mapping[str, str],
+        timeout_s: float,
+        confined: Confined | None = None,
+    ) -> AgentResult | None:
         assert self.warm is not None
         pipes = ChildPipes()
         try:
             started = await self.warm.fork(
-                command.argv, command.cwd, command.env, zygote_env, command.identity, pipes.child_fds
+                command.argv,
+                command.cwd,
+                command.env,
+                zygote_env,
+                command.identity,
+                pipes.child_fds,
+                confined,
             )
         except BaseException:
             pipes.close()
@@ -343,6 +365,20 @@ def _identity(user: str) -> dict[str, Any]:
             "secret: choose a user of its own group, e.g. nobody"
         )
     return {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": []}
+
+
+def _warm_for(warm: WarmStarts | None, sandbox: Sandbox, cwd: str | None) -> WarmStarts | None:
+    """The warm starts an agent may use: none in a sandbox that has no warm form, nor in bwrap with a
+    working directory of the user's (a warm child sees only the scratch directories Tether makes)."""
+    if warm is None or isinstance(sandbox, NoSandbox):
+        return warm
+    if not isinstance(sandbox, BwrapSandbox):
+        log.warning("--agent-warm: agents in this sandbox start cold (it has no warm form)")
+        return None
+    if cwd is not None:
+        log.warning("--agent-warm: sandboxed agents with --agent-cwd start cold (a warm one sees no other)")
+        return None
+    return warm
 
 
 def _exit_reason(code: int | None) -> str:

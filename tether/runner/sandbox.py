@@ -6,9 +6,11 @@ the sandbox needs around that one process. `NoSandbox` is the default and change
 runs the agent under bubblewrap (Debian's `bubblewrap`) with its own user, PID, IPC, network, UTS and
 mount namespaces, no capabilities, an environment from an allow-list, the file system read-only except
 its scratch directory, the project's state and the run's task and evaluator files hidden, resource
-limits, and one way out: the gateway, through a Unix socket per sandbox (`sandbox_relay.py`). What each
-guarantee is, and the test that proves it: docs/security.md. A new kind is a class with `check` and
-`launch`, and one `register(...)` line at the end of this file.
+limits, and one way out: the gateway, through a Unix socket per sandbox (`sandbox_relay.py`). With
+`--agent-warm` the zygote runs in a bwrap sandbox of its own (`zygote_wrap`) and each child it forks sets
+up the rest itself (`confine`, `zygote_sandbox.py`). What each guarantee is, and the test that proves it:
+docs/security.md. A new kind is a class with `check` and `launch`, and one `register(...)` line at the
+end of this file.
 """
 
 from __future__ import annotations
@@ -103,6 +105,9 @@ PASSED_PREFIXES = ("LC_",)
 SHARED_DIRS = ("/tmp", "/var/tmp", "/run")
 SHM_BYTES = 64 * 1024 * 1024
 INNER_FALLBACK_PORT = 8080  # the gateway's own port unless it is privileged (< 1024) inside the sandbox
+# A process without CAP_SETFCAP may not map uid 0 into a user namespace it creates (Linux 5.12 and later),
+# so as root a warm zygote, which has no capability, is this uid in its sandbox (still root outside).
+ZYGOTE_UID_AS_ROOT = 1000
 MISSING = (
     "--sandbox bwrap: bubblewrap is not installed (no `{exe}` on PATH): apt-get install bubblewrap "
     "(or bash scripts/ensure_bwrap.sh)"
@@ -128,6 +133,18 @@ class Layout:
     hide: tuple[str, ...] = ()
     files: tuple[str, ...] = ()  # files the command names, kept visible under emptied directories
     kept: tuple[str, ...] = ()  # virtual environments the command runs from, kept visible there too
+
+
+@dataclass(frozen=True)
+class Confined:
+    """A warm agent in the sandbox (`--agent-warm`). `wrap` (ending in `--`) runs its zygote in a sandbox
+    of its own, shared by the agents whose sandboxes look alike, with the environment `env`; `settings`
+    are what the forked child confines itself with before the agent's code runs (`zygote_sandbox.py`)."""
+
+    wrap: tuple[str, ...]
+    env: dict[str, str]
+    settings: dict[str, Any]
+    folder: str
 
 
 @dataclass(frozen=True)
@@ -175,7 +192,7 @@ class BwrapSandbox:
             layout = Layout(_mkdir(folder, "scratch"), _mkdir(folder, "relay"), files=files, kept=kept)
             _prepare_relay_dir(layout.relay_dir, identity)
             _own(layout.scratch, identity)
-            inner = self._inner(ready, layout, argv, None) if relay else argv
+            inner = [*self._relay(ready, layout.relay_dir, None), *argv] if relay else argv
             command = bwrap_argv(ready, layout, inner)
             try:
                 done = subprocess.run(
@@ -204,39 +221,77 @@ class BwrapSandbox:
         inner_port = _inner_port(target)
         with tempfile.TemporaryDirectory(prefix="tether-sandbox-") as relay_dir:
             _prepare_relay_dir(relay_dir, command.identity)
-            server = None
-            if target is not None:
-                socket_path = os.path.join(relay_dir, "gateway.sock")
-                server = await sandbox_relay.serve_socket(socket_path, target[0], target[1])
-                _own(socket_path, command.identity)
-            try:
-                layout = self._layout(command, relay_dir, ready.python)
-                inner = self._inner(ready, layout, command.argv, inner_port if server else None)
+            async with _gateway_socket(relay_dir, target, command.identity) as served:
+                layout = self._layout(command, relay_dir, [ready.python])
+                relay = self._relay(ready, relay_dir, inner_port if served else None)
                 yield replace(
                     command,
-                    argv=bwrap_argv(ready, layout, inner),
+                    argv=bwrap_argv(ready, layout, [*relay, *command.argv]),
                     env=self.environment(command, target, inner_port),
                 )
-            finally:
-                if server is not None:
-                    server.close()
-                    with contextlib.suppress(Exception):
-                        await asyncio.wait_for(server.wait_closed(), 5)
 
-    def _layout(self, command: Command, relay_dir: str, relay_python: str) -> Layout:
+    @contextlib.asynccontextmanager
+    async def confine(
+        self, command: Command, folder: str, shared_env: Mapping[str, str]
+    ) -> AsyncIterator[tuple[Command, Confined]]:
+        """A warm agent's sandbox (`--agent-warm`): its relay directory and gateway socket in the warm
+        `folder`, beside its scratch directory (`command.cwd`), the only two the child will see there;
+        the command with the sandbox's environment, and how the zygote and the child confine it. The
+        zygote's environment is the allow-listed one with `shared_env` (no attempt's own variables)."""
+        uid = command.identity.get("user")
+        if uid not in self._ready:
+            await asyncio.to_thread(self.check, command.identity)
+        target = gateway_address(command.env)
+        inner_port = _inner_port(target)
+        folder = os.path.realpath(folder)
+        if not os.path.exists(os.path.join(folder, RELAY_SOURCE.name)):
+            _prepare_relay_dir(folder, command.identity)
+        relay_dir = tempfile.mkdtemp(prefix="tether-sandbox-", dir=folder)
+        try:
+            _own(relay_dir, command.identity)
+            async with _gateway_socket(relay_dir, target, command.identity) as served:
+                settings = {
+                    "folder": folder,
+                    "scratch": os.path.realpath(command.cwd),
+                    "relay_dir": relay_dir,
+                    "relay": self._relay_options(relay_dir, inner_port if served else None),
+                    "uid": command.identity.get("user", os.getuid()),
+                    "gid": command.identity.get("group", os.getgid()),
+                }
+                wrap = tuple(self.zygote_wrap(command, folder))
+                env = self.environment(replace(command, cwd=folder, env=dict(shared_env)), None, inner_port)
+                confined = Confined(wrap, env, settings, folder)
+                yield replace(command, env=self.environment(command, target, inner_port)), confined
+        finally:
+            shutil.rmtree(relay_dir, ignore_errors=True)
+
+    def zygote_wrap(self, command: Command, folder: str) -> list[str]:
+        """The bwrap command (up to `--`) a warm zygote runs in: what a sandbox for `command` holds that
+        is not one rollout's own, and the warm folder, read-write."""
+        ready = self._ready[command.identity.get("user")]
+        as_root = command.identity.get("user") is None and os.geteuid() == 0
+        return zygote_argv(ready, self._layout(replace(command, cwd=folder), folder, []), as_root)
+
+    def _layout(self, command: Command, relay_dir: str, relay_argv: list[str]) -> Layout:
         hide = tuple(_existing(self.options.hide))
-        named = _named_paths([*command.argv, relay_python], {**command.inherited, **command.env}.get("PATH"))
+        named = _named_paths([*command.argv, *relay_argv], {**command.inherited, **command.env}.get("PATH"))
         files, kept = _kept_visible(named, hide)
         return Layout(os.path.realpath(command.cwd), relay_dir, hide, files, kept)
 
-    def _inner(self, ready: Ready, layout: Layout, argv: Sequence[str], port: int | None) -> list[str]:
+    def _relay(self, ready: Ready, relay_dir: str, port: int | None) -> list[str]:
         """The relay, which listens on the sandbox's loopback, sets the limits and runs the agent."""
+        source = os.path.join(relay_dir, RELAY_SOURCE.name)
+        return [ready.python, "-I", "-S", source, *self._relay_options(relay_dir, port)]
+
+    def _relay_options(self, relay_dir: str, port: int | None) -> list[str]:
+        """The relay's options (`sandbox_relay.parse`): the loopback port it listens on, the socket it
+        forwards to, the limits it sets in the agent's process."""
         limits = self.options.limits
-        relay = [ready.python, "-I", "-S", os.path.join(layout.relay_dir, RELAY_SOURCE.name)]
+        options = []
         if port is not None:
-            relay += ["--port", str(port), "--socket", os.path.join(layout.relay_dir, "gateway.sock")]
-        relay += ["--cpu", str(limits.cpu_s), "--memory", str(limits.memory_mib * 1024 * 1024)]
-        return [*relay, "--processes", str(limits.processes), "--", *argv]
+            options += ["--port", str(port), "--socket", os.path.join(relay_dir, "gateway.sock")]
+        options += ["--cpu", str(limits.cpu_s), "--memory", str(limits.memory_mib * 1024 * 1024)]
+        return [*options, "--processes", str(limits.processes), "--"]
 
     def environment(
         self, command: Command, target: tuple[str, int] | None, inner_port: int
@@ -258,15 +313,52 @@ class BwrapSandbox:
         return {**env, **given}
 
 
+@contextlib.asynccontextmanager
+async def _gateway_socket(
+    relay_dir: str, target: tuple[str, int] | None, identity: Mapping[str, Any]
+) -> AsyncIterator[bool]:
+    """Tether's end of the relay, `gateway.sock` in `relay_dir`, while the context lasts; whether there
+    is one (no gateway address, no socket)."""
+    if target is None:
+        yield False
+        return
+    socket_path = os.path.join(relay_dir, "gateway.sock")
+    server = await sandbox_relay.serve_socket(socket_path, target[0], target[1])
+    try:
+        _own(socket_path, identity)
+        yield True
+    finally:
+        server.close()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(server.wait_closed(), 5)
+
+
 def bwrap_argv(ready: Ready, layout: Layout, inner: Sequence[str]) -> list[str]:
     """The bwrap command line: namespaces, then mounts in order (a later mount covers an earlier one)."""
-    shared = _shared_dirs()
-    argv = [ready.bwrap, "--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-net"]
-    argv += ["--unshare-uts", "--unshare-cgroup-try", "--hostname", "tether-sandbox"]
+    argv = [ready.bwrap, *_namespaces("--unshare-pid")]
     argv += ["--disable-userns"] if ready.disable_userns else []
-    argv += ["--cap-drop", "ALL", "--die-with-parent", "--new-session"]
-    argv += ["--ro-bind", "/", "/", "--dev", "/dev", "--size", str(SHM_BYTES), "--tmpfs", "/dev/shm"]
-    argv += ["--proc", "/proc"]
+    argv += _mounts(layout, ["--proc", "/proc"])
+    return [*argv, "--chdir", layout.scratch, "--", *inner]
+
+
+def zygote_argv(ready: Ready, layout: Layout, as_root: bool) -> list[str]:
+    """A warm zygote's sandbox, `layout.scratch` its warm folder. No PID namespace (the pids its children
+    tell Tether are Tether's), the host's /proc (each child mounts its own over it, which the kernel
+    allows only where a whole /proc is in view), user namespaces allowed (each child makes its own and
+    then disables them): the rest as a cold sandbox's, each child covering the folder but for its own."""
+    argv = [ready.bwrap, *_namespaces(), *(["--uid", str(ZYGOTE_UID_AS_ROOT)] if as_root else [])]
+    return [*argv, *_mounts(layout, ["--bind", "/proc", "/proc"]), "--chdir", "/", "--"]
+
+
+def _namespaces(*more: str) -> list[str]:
+    argv = ["--unshare-user", "--unshare-ipc", *more, "--unshare-net", "--unshare-uts"]
+    argv += ["--unshare-cgroup-try", "--hostname", "tether-sandbox"]
+    return [*argv, "--cap-drop", "ALL", "--die-with-parent", "--new-session"]
+
+
+def _mounts(layout: Layout, proc: list[str]) -> list[str]:
+    shared = _shared_dirs()
+    argv = ["--ro-bind", "/", "/", "--dev", "/dev", "--size", str(SHM_BYTES), "--tmpfs", "/dev/shm", *proc]
     for folder in shared:
         argv += ["--tmpfs", folder]
     for path in [*layout.kept, *layout.files]:
@@ -281,7 +373,7 @@ def bwrap_argv(ready: Ready, layout: Layout, inner: Sequence[str]) -> list[str]:
     argv += _hiding(again, empty)
     for folder in dict.fromkeys([*shared, *(p for p in [*first, *again] if os.path.isdir(p)), "/dev"]):
         argv += ["--remount-ro", folder]
-    return [*argv, "--chdir", layout.scratch, "--", *inner]
+    return argv
 
 
 def _hiding(paths: Iterable[str], empty: str) -> list[str]:

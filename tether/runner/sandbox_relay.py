@@ -6,7 +6,8 @@ forwarding to the gateway's host and port), and binds that socket into the sandb
 runs as a script before the agent (`main`): it listens on 127.0.0.1:PORT of the sandbox's own loopback,
 forwards each connection to the socket, sets the resource limits, starts the agent, and exits with the
 agent's status. It runs with `python -I -S` and imports only light standard modules (threads rather than
-asyncio, whose import alone would double the sandbox's start-up).
+asyncio, whose import alone would double the sandbox's start-up). A warm sandboxed agent's init
+(`zygote_sandbox.py`) runs the same functions, in place of this script.
 """
 
 from __future__ import annotations
@@ -90,9 +91,12 @@ def bridge(connection: socket.socket, path: str) -> None:
         back.join()
 
 
-def listen(port: int, path: str) -> None:
-    server = socket.create_server(("127.0.0.1", port))
+def bind(port: int) -> socket.socket:
+    """The loopback port, listening: connections wait there until `serve` accepts them."""
+    return socket.create_server(("127.0.0.1", port))
 
+
+def serve(server: socket.socket, path: str) -> None:
     def accept() -> None:
         while True:
             connection, _ = server.accept()
@@ -150,7 +154,7 @@ def run_agent(settings: Settings) -> int:
 def main(argv: Sequence[str]) -> int:
     settings = parse(argv)
     if settings.socket:
-        listen(settings.port, settings.socket)  # before the agent starts, so its first call finds it
+        serve(bind(settings.port), settings.socket)  # before the agent starts: its first call finds it
     return run_agent(settings)
 
 

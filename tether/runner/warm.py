@@ -11,8 +11,12 @@ an agent that imports Tether imports its own copy, as it would cold. The child r
 as `python SCRIPT ARGS` would: argv, `__main__`, cwd, environment, standard streams, exit code, its own
 process group (so timeouts kill its children too). Where a warm start cannot be exact, the agent starts
 cold, with one line that says why: a command that is not `PYTHON SCRIPT.py ...` or `PYTHON -m MODULE
-...`, a sandbox (each rollout needs its own namespaces, which a fork of a shared zygote does not have), a
-preloaded module that starts a thread or opens a socket, and a zygote that died twice.
+...`, a preloaded module that starts a thread or opens a socket (in a sandbox: keeps any file open), and
+a zygote that died twice.
+
+In `--sandbox bwrap` (`Confined`), the zygote runs in a bwrap sandbox of its own, started from copies of
+`zygote.py` and `zygote_sandbox.py` in the warm folder, where each rollout's scratch and relay directories
+are made too; each child gives itself fresh namespaces before the agent's code runs (`zygote_sandbox.py`).
 
 A zygote that dies never makes an agent run twice: the forked child tells Tether its pid itself, in its
 own process group already, before it runs any of the agent's code. A fork that got no pid ran nothing
@@ -41,9 +45,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tether.runner.sandbox import Confined
 from tether.runner.zygote import is_tether
 
 ZYGOTE_SCRIPT = Path(__file__).with_name("zygote.py")
+CONFINEMENT_SCRIPT = Path(__file__).with_name("zygote_sandbox.py")
 READY_TIMEOUT_S = 120.0  # the imports of a large framework, on a busy machine
 RESTARTS = 1  # a zygote that dies is started again once; after that, cold starts
 PYTHON_NAME = re.compile(r"python(\d+(\.\d+)?)?$")
@@ -117,7 +123,7 @@ class Started:
 
     pid: int
     lines: Lines
-    python: str
+    key: str  # its zygote's, in WarmStarts
     learn: str | None = None  # where the child writes the modules it imported (the zygote's first child)
 
     async def wait(self) -> int:
@@ -141,9 +147,15 @@ class Zygote:
     modules: list[str]
     folder: str
     learned: bool = False  # its modules are those of a finished run (or the user's): nothing to learn
+    key: str = ""  # in WarmStarts: the interpreter, and the sandbox it runs in, if any
+    wrap: tuple[str, ...] = ()  # the command it runs under (its sandbox's bwrap, up to `--`)
+    warm_folder: str | None = None  # with `wrap`: where the zygote's scripts and the rollouts' folders are
     process: subprocess.Popen[bytes] | None = None
     loaded: list[str] = field(default_factory=list)
     setting: tuple[str, dict[str, str], dict[str, Any]] = ("", {}, {})  # script dir, env, identity
+
+    def __post_init__(self) -> None:
+        self.key = self.key or self.python
 
     @property
     def socket_path(self) -> str:
@@ -176,6 +188,9 @@ class Zygote:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.socket_path)
         argv = [self.python, str(ZYGOTE_SCRIPT), self.socket_path, script_dir, ",".join(self.modules)]
+        if self.warm_folder is not None:
+            argv[1] = os.path.join(self.warm_folder, ZYGOTE_SCRIPT.name)
+            argv = [*self.wrap, *argv, self.warm_folder]
         try:
             self.process = subprocess.Popen(
                 argv,
@@ -201,7 +216,13 @@ class Zygote:
         return self.process is not None and self.process.poll() is None
 
     async def fork(
-        self, argv: Sequence[str], cwd: str, env: Mapping[str, str], fds: Sequence[int], learn: bool = False
+        self,
+        argv: Sequence[str],
+        cwd: str,
+        env: Mapping[str, str],
+        fds: Sequence[int],
+        learn: bool = False,
+        sandbox: Mapping[str, Any] | None = None,
     ) -> Started:
         loop = asyncio.get_running_loop()
         connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -211,6 +232,7 @@ class Zygote:
             await loop.sock_connect(connection, self.socket_path)
             learn_path = os.path.join(self.folder, "learned.json") if learn else None
             message = {"argv": list(argv), "cwd": cwd, "env": dict(env), "learn": learn_path}
+            message["sandbox"] = None if sandbox is None else dict(sandbox)
             request = json.dumps(message).encode() + b"\n"
             connection.setblocking(True)  # one local message with its descriptors, taken at once
             socket.send_fds(connection, [request], list(fds))
@@ -227,7 +249,7 @@ class Zygote:
             if not answer:
                 raise ZygoteDied("the warm interpreter ended before the agent started")
             raise ZygoteDied(f"the warm interpreter refused the agent: {answer.get('error', answer)}")
-        return Started(int(answer["pid"]), lines, self.python, learn_path)
+        return Started(int(answer["pid"]), lines, self.key, learn_path)
 
     def retire(self) -> None:
         """No more agents: it exits once those it runs have ended (its stdin closes)."""
@@ -288,16 +310,20 @@ class WarmStarts:
     """The zygotes of one agent command, started on first use, keyed by interpreter.
 
     `modules=None` preloads each script's own top-level imports. `fork` returns None when this command
-    starts cold (the reason is logged once)."""
+    starts cold (the reason is logged once). Sandboxed zygotes are keyed by their sandbox too."""
 
     def __init__(self, modules: Sequence[str] | None = None) -> None:
         self.modules = None if modules is None else _without_tether(modules)
         self.zygotes: dict[str, Zygote] = {}
         self.retired: list[Zygote] = []  # replaced by a successor, ending when their agents do
-        self.learning: set[str] = set()  # interpreters whose first run is telling what it imports
+        # keyed by zygote: its interpreter, and its sandbox if any (`_key`)
+        self.learning: set[str] = set()  # zygotes whose first run is telling what it imports
         self.failures: dict[str, int] = {}
-        self.cold: dict[str, str] = {}  # interpreter -> why it starts cold
+        self.cold: dict[str, str] = {}  # why it starts cold
+        self.forked = 0  # agents started warm
         self.folder = tempfile.mkdtemp(prefix="tether-warm-")
+        self.warm_folder: str | None = None  # for sandboxed agents (`sandbox_folder`)
+        self._wraps: dict[tuple[str, ...], str] = {}  # sandboxed zygotes' keys
         self._locks: dict[asyncio.AbstractEventLoop, asyncio.Lock] = {}
 
     @property
@@ -322,6 +348,7 @@ class WarmStarts:
         base_env: Mapping[str, str],
         identity: Mapping[str, Any],
         fds: Sequence[int],
+        confined: Confined | None = None,
     ) -> Started | None:
         entry = python_entry(argv)
         if entry is None:
@@ -330,52 +357,93 @@ class WarmStarts:
             )
             return None
         python, args = entry
-        zygote = await self._zygote(python, args, base_env, identity)
+        zygote = await self._zygote(python, args, base_env, identity, confined)
         if zygote is None:
             return None
-        learn = not zygote.learned and python not in self.learning
+        learn = not zygote.learned and zygote.key not in self.learning
         if learn:
-            self.learning.add(python)
+            self.learning.add(zygote.key)
+        sandbox = None if confined is None else confined.settings
         try:
-            return await zygote.fork([python, *args], cwd, env, fds, learn)
+            started = await zygote.fork([python, *args], cwd, env, fds, learn, sandbox)
         except ZygoteDied as exc:  # this agent starts cold; a dead zygote is restarted by the next one
             log.warning("%s", exc)
             return None
+        self.forked += 1
+        return started
 
     async def _zygote(
-        self, python: str, args: list[str], env: Mapping[str, str], identity: Mapping[str, Any]
+        self,
+        python: str,
+        args: list[str],
+        env: Mapping[str, str],
+        identity: Mapping[str, Any],
+        confined: Confined | None,
     ) -> Zygote | None:
+        key = self._key(python, confined)
         async with self.lock:
-            if python in self.cold:
+            if key in self.cold:
                 return None
-            zygote = self.zygotes.get(python)
+            zygote = self.zygotes.get(key)
             if zygote is not None and zygote.alive:
                 return zygote
             if zygote is not None:  # dead: started again once, with what it held
-                self.failures[python] = self.failures.get(python, 0) + 1
-                if self.failures[python] > RESTARTS:
-                    self._go_cold(python, "its warm interpreter died twice")
+                self.failures[key] = self.failures.get(key, 0) + 1
+                if self.failures[key] > RESTARTS:
+                    self._go_cold(key, "its warm interpreter died twice")
                     return None
-                log.warning("the warm interpreter of %s died; starting it again", python)
+                log.warning("the warm interpreter of %s died; starting it again", key)
                 modules, learned = zygote.modules, zygote.learned
             else:
                 modules = self.modules if self.modules is not None else _learned(args)
                 learned = self.modules is not None
-            zygote = Zygote(python, modules, self._folder(identity), learned)
-            reason = await zygote.start(_script_dir(args), env, identity)
+            zygote = self._new_zygote(python, modules, identity, learned, key, confined)
+            reason = await zygote.start(_script_dir(args), confined.env if confined else env, identity)
             if reason is not None:
-                self._go_cold(python, reason)
+                self._go_cold(key, reason)
                 return None
-            log.info("warm interpreter for %s holds %s", python, ", ".join(zygote.loaded) or "no module")
-            self.zygotes[python] = zygote
+            log.info("warm interpreter for %s holds %s", key, ", ".join(zygote.loaded) or "no module")
+            self.zygotes[key] = zygote
             return zygote
 
-    def _folder(self, identity: Mapping[str, Any]) -> str:
+    def _key(self, python: str, confined: Confined | None) -> str:
+        if confined is None:
+            return python
+        number = self._wraps.setdefault(confined.wrap, str(len(self._wraps) + 1))
+        return f"{python} (sandbox {number})"
+
+    def _new_zygote(
+        self,
+        python: str,
+        modules: list[str],
+        identity: Mapping[str, Any],
+        learned: bool,
+        key: str,
+        confined: Confined | None,
+    ) -> Zygote:
+        if confined is None:
+            return Zygote(python, modules, self._folder(identity), learned, key)
+        folder = self._folder(identity, confined.folder)
+        return Zygote(python, modules, folder, learned, key, confined.wrap, confined.folder)
+
+    def _folder(self, identity: Mapping[str, Any], parent: str | None = None) -> str:
         """A folder for one zygote's socket, the agent user's when there is one."""
-        folder = tempfile.mkdtemp(dir=self.folder)
+        folder = tempfile.mkdtemp(dir=parent or self.folder)
         if identity:
             shutil.chown(folder, user=identity["user"], group=identity["group"])
         return folder
+
+    def sandbox_folder(self, identity: Mapping[str, Any]) -> str:
+        """The warm folder of sandboxed agents: the zygote's scripts, each zygote's socket, and each
+        rollout's scratch and relay directories, which only the zygotes' sandboxes see whole."""
+        if self.warm_folder is None:
+            folder = tempfile.mkdtemp(prefix="tether-sandbox-warm-")
+            for script in (ZYGOTE_SCRIPT, CONFINEMENT_SCRIPT):
+                shutil.copyfile(script, os.path.join(folder, script.name))
+            if identity:
+                shutil.chown(folder, user=identity["user"], group=identity["group"])
+            self.warm_folder = folder
+        return self.warm_folder
 
     def _go_cold(self, python: str, reason: str) -> None:
         if python not in self.cold:
@@ -388,17 +456,20 @@ class WarmStarts:
         if started.learn is None:
             return
         modules = _learned_modules(started.learn)
-        current = self.zygotes.get(started.python)
+        current = self.zygotes.get(started.key)
         if not modules or current is None or not current.alive:
             return
         script_dir, env, identity = current.setting
-        successor = Zygote(started.python, modules, self._folder(identity), learned=True)
+        parent = current.warm_folder
+        successor = Zygote(
+            current.python, modules, self._folder(identity, parent), True, current.key, current.wrap, parent
+        )
         reason = await successor.start(script_dir, env, identity)
         if reason is not None:
-            log.info("warm interpreter for %s keeps the script's imports only: %s", started.python, reason)
+            log.info("warm interpreter for %s keeps the script's imports only: %s", current.key, reason)
             return
         async with self.lock:
-            self.zygotes[started.python] = successor
+            self.zygotes[started.key] = successor
         current.retire()
         self.retired.append(current)
 
@@ -407,15 +478,22 @@ class WarmStarts:
             zygote.stop()
         self.zygotes.clear()
         self.retired.clear()
-        shutil.rmtree(self.folder, ignore_errors=True)
+        for folder in (self.folder, self.warm_folder):
+            if folder is not None:
+                shutil.rmtree(folder, ignore_errors=True)
 
 
 def _learned_modules(path: str) -> list[str]:
+    """What the first child wrote (the agent's own process could have written anything): module names,
+    never a program's `__main__`, which would run at import."""
     try:
         names = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return []
-    return _without_tether(name for name in names if isinstance(name, str))
+    if not isinstance(names, list):
+        return []
+    names = [name for name in names if isinstance(name, str) and "__main__" not in name.split(".")]
+    return _without_tether(names)
 
 
 def _learned(args: list[str]) -> list[str]:

@@ -1,16 +1,20 @@
 """A warm interpreter for Python agents (`--agent-warm`), run as a script by the agent's own interpreter:
 
-    AGENT_PYTHON zygote.py SOCKET SCRIPT_DIR MODULE[,MODULE...]
+    AGENT_PYTHON zygote.py SOCKET SCRIPT_DIR MODULE[,MODULE...] [WARM_FOLDER]
 
 It imports the modules once, then forks one child per request on SOCKET; the child runs the agent exactly
 as `python SCRIPT ARGS` (or `python -m MODULE ARGS`) would. The standard library only (Python 3.9 and
-later), and nothing of Tether: it runs in whatever environment the agent's interpreter has.
+later), and nothing of Tether: it runs in whatever environment the agent's interpreter has. With
+WARM_FOLDER it runs in a sandbox of its own and each child confines itself before the agent's code runs
+(`zygote_sandbox.py`, loaded from this file's folder, and the relay from WARM_FOLDER).
 
-Protocol, one Unix-socket connection per agent: Tether sends one JSON line
-`{"argv": [...], "cwd": ..., "env": {...}, "learn": PATH or null}` with three file descriptors (stdin,
-stdout, stderr) attached; the child itself answers `{"pid": N}` (in its own process group already, before
-it runs any of the agent's code, so Tether knows what to kill even if the zygote dies right after the
-fork), then the zygote answers `{"status": S, "cpu": SECONDS}` (a raw wait status, and the user and system
+Protocol, one Unix-socket connection per agent: the zygote forks at once, and the child itself reads the
+request, so that no rollout's request (its token among it) is ever in the zygote's memory, which every
+later child inherits. Tether sends one JSON line `{"argv": [...], "cwd": ..., "env": {...}, "learn":
+PATH or null, "sandbox": SETTINGS or null}` with three file descriptors (stdin, stdout, stderr) attached;
+the child answers `{"pid": N}` (in its own process group already, before it runs any of the agent's code,
+so Tether knows what to kill even if the zygote dies right after the fork), or `{"error": ...}`; then the
+zygote answers `{"status": S, "cpu": SECONDS}` (a raw wait status, and the user and system
 CPU time of the child and its waited-for children) when it ends. With `learn`, the child writes the names
 of every module it had imported by its end to PATH, so that Tether can start a zygote that preloads those
 (`tether/runner/warm.py`). When its stdin closes, the zygote takes no more requests and exits once its
@@ -18,7 +22,7 @@ children have ended.
 Its first line on stdout is `{"ready": [modules]}`; or `{"tether": MODULE}` (then it exits): importing
 MODULE loaded Tether, which no agent may inherit, so Tether starts it again without MODULE; or
 `{"unsafe": reason}` (then it exits): a module that starts a thread (a Python one or a native one) or
-opens a socket at import is not safe to fork.
+opens a socket at import is not safe to fork; in a sandbox, nor one that keeps any file open.
 """
 
 from __future__ import annotations
@@ -37,8 +41,8 @@ import sys
 import threading
 import traceback
 from importlib.machinery import ModuleSpec
-from types import TracebackType
-from typing import Any, NoReturn
+from types import ModuleType, TracebackType
+from typing import Any, NamedTuple, NoReturn
 
 MAX_REQUEST_BYTES = 4 * 1024 * 1024
 
@@ -98,8 +102,33 @@ def _inside(origin: str | None, folder: str) -> bool:
     return os.path.realpath(origin).startswith(os.path.realpath(folder) + os.sep)
 
 
-def unsafe_reason(listener: socket.socket) -> str | None:
-    """Why forking this process would not give each child what a fresh interpreter has, or None."""
+class Sandboxing(NamedTuple):
+    """A sandboxed zygote's helpers, loaded by path and kept out of `sys.modules` (the agent's)."""
+
+    confinement: ModuleType  # zygote_sandbox.py
+    relay: ModuleType  # sandbox_relay.py
+
+
+def load_sandboxing(folder: str) -> Sandboxing:
+    here = os.path.dirname(os.path.abspath(__file__))
+    return Sandboxing(
+        _load(os.path.join(here, "zygote_sandbox.py"), "_tether_zygote_sandbox"),
+        _load(os.path.join(folder, "sandbox_relay.py"), "_tether_sandbox_relay"),
+    )
+
+
+def _load(path: str, name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def unsafe_reason(listener: socket.socket, sandboxed: bool = False) -> str | None:
+    """Why forking this process would not give each child what a fresh interpreter has, or None. In a
+    sandbox, a file a preloaded module keeps open would be every child's, outside its own view."""
     if "tether" in sys.modules:  # before any preload (a .pth file, sitecustomize): none can avoid it
         return "the interpreter imports tether at start-up"
     others = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
@@ -111,7 +140,22 @@ def unsafe_reason(listener: socket.socket) -> str | None:
     sockets = [fd for fd in _open_fds() if fd != listener.fileno() and _is_socket(fd)]
     if sockets:
         return f"a preloaded module opened a socket (fd {sockets[0]})"
+    held = [fd for fd in held_fds() if fd != listener.fileno()]
+    if sandboxed and held:
+        return f"a preloaded module keeps a file open (fd {held[0]}: {_target(held[0])})"
     return None
+
+
+def held_fds() -> list[int]:
+    """The descriptors above stderr this process holds (not the one that lists them)."""
+    return [fd for fd in _open_fds() if fd > 2 and _target(fd) is not None]
+
+
+def _target(fd: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return None
 
 
 def _thread_count() -> int:
@@ -130,10 +174,7 @@ def _open_fds() -> list[int]:
 
 
 def _is_socket(fd: int) -> bool:
-    try:
-        return os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
-    except OSError:
-        return False
+    return (_target(fd) or "").startswith("socket:")
 
 
 def receive(connection: socket.socket) -> tuple[dict[str, Any], list[int]]:
@@ -154,9 +195,23 @@ def receive(connection: socket.socket) -> tuple[dict[str, Any], list[int]]:
     return json.loads(buffer), fds
 
 
-def run_child(request: dict[str, Any], fds: list[int]) -> NoReturn:
-    """In the forked child (its own session already): become the agent's process, run its code, exit as
-    its interpreter would."""
+def start_child(connection: socket.socket, sandbox: Sandboxing | None) -> NoReturn:
+    """In the forked child (its own session already): read the request, tell Tether its pid, run it. A
+    child that could not tell Tether (gone, or dead) runs nothing."""
+    try:
+        request, fds = receive(connection)
+    except (OSError, ValueError, ConnectionError) as exc:
+        _answer(connection, {"error": str(exc)})
+        os._exit(1)
+    told = _answer(connection, {"pid": os.getpid()})
+    connection.close()
+    if not told:
+        os._exit(1)
+    run_child(request, fds, sandbox)
+
+
+def run_child(request: dict[str, Any], fds: list[int], sandbox: Sandboxing | None = None) -> NoReturn:
+    """Become the agent's process, run its code, exit as its interpreter would."""
     for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -164,21 +219,47 @@ def run_child(request: dict[str, Any], fds: list[int]) -> NoReturn:
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
         os.close(fd)
+    _reopen_std_streams()
+    learn: int | str | None = request.get("learn")
+    if sandbox is not None:
+        learn = _confine(request, sandbox)
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
-    _reopen_std_streams()
     _reseed()
     code = _run_main(request["argv"][1:])
-    if request.get("learn"):
-        _write_modules(request["learn"])
+    if learn is not None:
+        _write_modules(learn)
     os._exit(code)
 
 
-def _write_modules(path: str) -> None:
+def _confine(request: dict[str, Any], sandbox: Sandboxing) -> int | None:
+    """Confine this child (`zygote_sandbox.py`); the file it will write its modules to, opened while the
+    warm folder is still in view."""
     try:
-        with open(path, "w", encoding="utf-8") as sink:
-            json.dump(sorted(name for name in sys.modules if not name.startswith("__")), sink)
+        held = held_fds()
+        if held:
+            raise OSError(f"the child holds a descriptor of the zygote's (fd {held[0]}: {_target(held[0])})")
+        path = request.get("learn")
+        learn = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600) if path else None
+        sandbox.confinement.confine(request["sandbox"], sandbox.relay)
+    except Exception as exc:
+        sandbox.confinement.fail(exc)
+    _forget_the_zygotes_paths()
+    return learn
+
+
+def _forget_the_zygotes_paths() -> None:
+    """`tempfile` caches its folder from the zygote's TMPDIR, which the sandboxed agent does not see."""
+    tempfile = sys.modules.get("tempfile")
+    if tempfile is not None:
+        tempfile.tempdir = None  # type: ignore[attr-defined]
+
+
+def _write_modules(sink: int | str) -> None:
+    try:
+        with open(sink, "w", encoding="utf-8") as stream:
+            json.dump(sorted(name for name in sys.modules if not name.startswith("__")), stream)
     except OSError:
         pass  # nothing learned: the zygote keeps what it has
 
@@ -261,8 +342,9 @@ def _flush() -> None:
 
 
 class Zygote:
-    def __init__(self, listener: socket.socket) -> None:
+    def __init__(self, listener: socket.socket, sandbox: Sandboxing | None = None) -> None:
         self.listener = listener
+        self.sandbox = sandbox
         self.children: dict[int, socket.socket] = {}  # pid -> the connection that asked for it
         self.retired = False
         self.selector = selectors.DefaultSelector()
@@ -299,33 +381,21 @@ class Zygote:
 
     def accept(self) -> None:
         connection, _ = self.listener.accept()
-        try:
-            request, fds = receive(connection)
-        except (OSError, ValueError, ConnectionError) as exc:
-            _answer(connection, {"error": str(exc)})
-            connection.close()
-            return
         pid = os.fork()
         if pid == 0:
             # Its own process group (Tether's timeout kills the group, children included), then its pid,
-            # from the child itself: if the zygote dies now, Tether still learns whom to kill, and a
-            # child that could not tell Tether (gone, or dead) runs nothing.
+            # from the child itself: if the zygote dies now, Tether still learns whom to kill.
             os.setsid()
-            told = _answer(connection, {"pid": os.getpid()})
-            self.close_in_child(connection)
-            if not told:
-                os._exit(1)
-            run_child(request, fds)
-        for fd in fds:
-            os.close(fd)
+            self.close_in_child()
+            start_child(connection, self.sandbox)
         self.children[pid] = connection
 
-    def close_in_child(self, connection: socket.socket) -> None:
-        """The child keeps none of the zygote's descriptors: not the socket, nor another agent's
-        connection (through which it could answer for that agent)."""
+    def close_in_child(self) -> None:
+        """The child keeps none of the zygote's descriptors but its own connection: not the socket, nor
+        another agent's connection (through which it could answer for that agent)."""
         self.selector.close()
         self.listener.close()
-        for other in [connection, *self.children.values()]:
+        for other in self.children.values():
             other.close()
         os.close(self.wake_read)
         os.close(self.wake_write)
@@ -360,6 +430,12 @@ def _answer(connection: socket.socket, message: dict[str, Any]) -> bool:
 
 def main() -> int:
     socket_path, script_dir, modules = sys.argv[1], sys.argv[2], sys.argv[3]
+    sandbox = load_sandboxing(sys.argv[4]) if len(sys.argv) > 4 else None
+    if sandbox is not None:
+        failed = sandbox.confinement.trial(sys.argv[4], sandbox.relay)
+        if failed:
+            print(json.dumps({"unsafe": f"a child cannot confine itself here ({failed})"}), flush=True)
+            return 0
     sys.path[0] = script_dir  # the agent's folder, as its own interpreter would have it, not this one's
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(socket_path)
@@ -369,11 +445,11 @@ def main() -> int:
     except ImportsTether as exc:
         print(json.dumps({"tether": exc.name}), flush=True)
         return 0
-    reason = unsafe_reason(listener)
+    reason = unsafe_reason(listener, sandbox is not None)
     print(json.dumps({"unsafe": reason} if reason else {"ready": loaded}), flush=True)
     if reason:
         return 0
-    Zygote(listener).serve()
+    Zygote(listener, sandbox).serve()
     return 0
 
 

@@ -223,6 +223,24 @@ def attack(*pairs):
     return found
 
 
+def neighbours(seconds):
+    """What an agent sees of another one running beside it: it leaves a file in /dev/shm and opens a
+    terminal, waits, lists the folder its scratch directory is in, /dev/shm and /dev/pts, and waits again
+    (so that one started a little later sees it too)."""
+    write(os.path.join("/dev/shm", os.environ["TETHER_ROLLOUT_ID"]))
+    terminal = os.openpty()
+    time.sleep(float(seconds))
+    seen = {
+        "scratch": os.path.basename(os.getcwd()),
+        "beside_scratch": sorted(os.listdir(os.path.dirname(os.getcwd()))),
+        "shm": sorted(os.listdir("/dev/shm")),
+        "pts": sorted(os.listdir("/dev/pts")),
+        "terminal": os.path.basename(os.ttyname(terminal[1])),
+    }
+    time.sleep(float(seconds))
+    return seen
+
+
 def sandboxed_echo():
     """An ordinary agent (one model call, the task's `q` on stdout) that answers only inside a sandbox:
     where it sees other processes than its own, it answers wrong."""
@@ -243,6 +261,7 @@ MODES = {
     "daemon": daemon,
     "daemon-loop": daemon_loop,
     "attack": attack,
+    "neighbours": neighbours,
     "sandboxed-echo": sandboxed_echo,
 }
 
