@@ -19,8 +19,8 @@ MESSAGES = [{"role": "user", "content": "before the fault"}]
 
 
 def fill_disk(rig: GatewayRig) -> Callable[[], None]:
-    db = rig.store._db
-    with rig.store._lock:
+    db = rig.store.dialect.db
+    with rig.store.dialect._lock:  # no other write of the store between reading the size and capping it
         (pages,) = db.execute("PRAGMA page_count").fetchone()
         (previous,) = db.execute("PRAGMA max_page_count").fetchone()
         db.execute(f"PRAGMA max_page_count = {pages}")
@@ -28,8 +28,8 @@ def fill_disk(rig: GatewayRig) -> Callable[[], None]:
 
 
 def make_read_only(rig: GatewayRig) -> Callable[[], None]:
-    rig.store._db.execute("PRAGMA query_only = ON")
-    return lambda: rig.store._db.execute("PRAGMA query_only = OFF")
+    rig.store.dialect.db.execute("PRAGMA query_only = ON")
+    return lambda: rig.store.dialect.db.execute("PRAGMA query_only = OFF")
 
 
 FAULTS = {"disk_full": (fill_disk, "full"), "read_only": (make_read_only, "readonly")}
