@@ -69,6 +69,7 @@ async def measure(rounds: int, tokens: int, concurrent: int) -> dict[str, Any]:
         first = make_adapter(Path(scratch) / "a", seed=1)
         second = make_adapter(Path(scratch) / "b", seed=2)
         engine = TransformersEngine(MODEL, max_batch_size=concurrent)
+        device = str(engine.device)
         try:
             engine.load_adapter(str(first), policy="writer")
             engine.load_adapter(str(second), policy="rewriter")
@@ -89,6 +90,7 @@ async def measure(rounds: int, tokens: int, concurrent: int) -> dict[str, Any]:
             engine.close()
     medians = {name: statistics.median(values) for name, values in series.items()}
     return {
+        "device": device,
         "concurrent": concurrent,
         "tokens_per_call": tokens,
         "tokens_per_s": series,
