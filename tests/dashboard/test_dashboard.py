@@ -10,7 +10,8 @@ import httpx
 
 from tests.dashboard.conftest import RUN, Dashboard, TrainedProject, sign_in
 from tether.adapters import build_transitions
-from tether.store.models import RolloutStatus
+from tether.contracts import CallAttr, is_call_span
+from tether.store.models import RolloutRequest, RolloutStatus, Task
 from tether.store.reward_rule import rollout_reward
 from tether.trainer.metrics import MetricsLog, read_metrics
 
@@ -154,6 +155,91 @@ def test_curriculum_pools_are_charted_when_the_train_records_carry_them(
         page.screenshot(path=str(artifacts / "curriculum-pools.png"), full_page=True)
     finally:
         shutil.rmtree(folder)  # the other tests' runs page lists only their runs
+
+
+def test_each_policy_is_charted_with_its_version_when_the_run_trains_several(
+    page: Any, dashboard: Dashboard, trained: TrainedProject, artifacts: Path
+) -> None:
+    assert any("train.loss" in r for r in read_metrics(trained.run_dir))  # one policy: its loss unnamed
+    folder = trained.runs_dir / "policies-run"
+    log = MetricsLog(folder)
+    for step, versions in enumerate([(1, 1), (2, 1), (3, 2)], start=1):  # writer's, rewriter's
+        record: dict[str, Any] = {"kind": "train", "step": step, "reward_mean": 0.5, "policy_version": step}
+        for name, version in zip(("writer", "rewriter"), versions, strict=True):
+            record |= {f"train.{name}.loss": 0.1 * step + 0.05 * version, f"train.{name}.grad_norm": 2.0}
+            record |= {f"samples.{name}": 8, f"policy_version.{name}": version}
+        log.write(record | {"policy_version_after": step + 1})
+    log.close()
+    try:
+        sign_in(page, dashboard, dashboard.viewer_token)
+        page.locator(f'#runs tr[data-run="{RUN}"] input[type=checkbox]').check()  # one policy: no series
+        page.locator('#runs tr[data-run="policies-run"] input[type=checkbox]').check()
+        page.wait_for_selector('#policies-chart[data-points="6"] canvas', timeout=WAIT_MS)
+        assert page.locator("#policies").is_visible()
+        labels = page.locator("#policies-chart .u-legend .u-series th").all_inner_texts()
+        assert [label.strip() for label in labels] == [
+            "step",
+            "policies-run writer (v3)",
+            "policies-run rewriter (v2)",
+        ]
+        page.screenshot(path=str(artifacts / "policies.png"), full_page=True)
+        page.locator('#runs tr[data-run="policies-run"] input[type=checkbox]').uncheck()
+        page.wait_for_selector('#policies-chart[data-points="0"]', state="attached", timeout=WAIT_MS)
+        assert page.locator("#chart canvas").count() == 1 and page.locator("#policies").is_hidden()
+    finally:
+        shutil.rmtree(folder)  # the other tests' runs page lists only their runs
+
+
+def test_each_model_call_shows_the_policy_that_generated_it(
+    page: Any, dashboard: Dashboard, trained: TrainedProject
+) -> None:
+    """A rollout of two policies: its calls, as the trained run's gateway recorded them, answered by the
+    upstreams `writer` and `rewriter` (the policies of `tether train --policy writer=... --policy
+    rewriter=...`)."""
+    store = trained.store
+    source = next(r for r in store.list_rollouts(run=RUN, limit=10_000) if r.mode == "train")
+    calls = [s for s in store.query_spans(rollout_id=source.id) if is_call_span(s.name)]
+    (rollout,) = store.enqueue([RolloutRequest(task=Task(id="two", input={}), run="two-policies")])
+    claim = store.claim("test-worker", run="two-policies")
+    assert claim is not None and claim.rollout.id == rollout.id
+    policies = {"writer": 4, "rewriter": 7}  # each policy's version
+    spans = [
+        span.model_copy(
+            update={
+                "rollout_id": rollout.id,
+                "attempt": claim.attempt.number,
+                "span_id": f"{name}-call",
+                "parent_id": None,
+                "seq": None,
+                "attributes": span.attributes | {CallAttr.UPSTREAM: name, CallAttr.POLICY_VERSION: version},
+            }
+        )
+        for span, (name, version) in zip(calls, policies.items(), strict=True)
+    ]
+    store.add_spans(spans)
+    store.update_status(rollout.id, RolloutStatus.succeeded, attempt=claim.attempt.number)
+
+    viewer = {"Authorization": f"Bearer {dashboard.viewer_token}"}
+    base = f"{dashboard.url}/ui/api/rollouts/{rollout.id}"
+    rows = httpx.get(base, headers=viewer).json()["spans"]
+    assert {row["span_id"]: row["summary"]["policy"] for row in rows} == {
+        "writer-call": "writer",
+        "rewriter-call": "rewriter",
+    }
+    for name, version in policies.items():
+        call = httpx.get(f"{base}/calls/{name}-call", headers=viewer).json()
+        assert (call["policy"], call["policy_version"]) == (name, version)
+
+    sign_in(page, dashboard, dashboard.viewer_token, f"#/rollout/{rollout.id}")
+    for name, version in policies.items():
+        row = page.locator(f'.wf-row[data-span="{name}-call"]')
+        row.wait_for(timeout=WAIT_MS)
+        assert row.locator(".label .muted").inner_text().endswith(f" · {name}")
+        row.click()
+        page.wait_for_selector(f"#call h2:has-text('{name}-call')", timeout=WAIT_MS)
+        facts = page.locator("#call dl.facts")
+        assert facts.locator("dt:text-is('policy') + dd").inner_text() == name
+        assert facts.locator("dt:text-is('policy version') + dd").inner_text() == str(version)
 
 
 def test_invalid_token_gets_the_login_screen_not_data(

@@ -58,6 +58,7 @@ def _waterfall_row(span: Span) -> dict[str, Any]:
             "model": attrs.get(CallAttr.MODEL),
             "agent": attrs.get(CallAttr.AGENT),
             "latency_ms": attrs.get(CallAttr.LATENCY_MS),
+            "policy": attrs.get(CallAttr.UPSTREAM),  # the upstream that answered: the policy, in training
             "policy_version": attrs.get(CallAttr.POLICY_VERSION),
             "prompt_tokens": len(attrs.get(CallAttr.PROMPT_TOKEN_IDS) or []),
             "response_tokens": sum(len(c.get("token_ids") or []) for c in choices),
@@ -101,6 +102,7 @@ def call_detail(store: Store, decoder: TokenDecoder, rollout_id: str, span_id: s
         "response": attrs.get(CallAttr.RESPONSE),
         "error": attrs.get(CallAttr.ERROR),
         "choices": [{k: v for k, v in c.items() if k not in ("token_ids", "logprobs")} for c in choices],
+        "policy": attrs.get(CallAttr.UPSTREAM),
         "policy_version": attrs.get(CallAttr.POLICY_VERSION),
         "latency_ms": attrs.get(CallAttr.LATENCY_MS),
         "model": attrs.get(CallAttr.MODEL),

@@ -1,26 +1,32 @@
-// Reward and held-out curves of one or more runs (uPlot), and the curriculum's pool sizes when the train
-// records carry `curriculum.*` keys. Each run's metrics are read incrementally from a byte offset, once a
-// second for every plotted run (a finished run's poll returns nothing new), so a live run's curve grows
-// as the run writes.
+// Reward and held-out curves of one or more runs (uPlot), the curriculum's pool sizes when the train
+// records carry `curriculum.*` keys, and each policy's loss and version in a run of several policies
+// (`train.<policy>.loss`, `policy_version.<policy>`). Each run's metrics are read incrementally from a
+// byte offset, once a second for every plotted run (a finished run's poll returns nothing new), so a
+// live run's curve grows as the run writes.
 "use strict";
 
 const POLL_MS = 1000;
 const PALETTE = ["#2f7ed8", "#e4572e", "#29a36a", "#a05fd6", "#d4a106", "#17a2b8"];
 const POOL_PREFIX = "curriculum.";
+const POLICY_LOSS = ["train.", ".loss"];
+const POLICY_VERSION = "policy_version.";
 const POOL_COLORS = { active: "#2f7ed8", mixed: "#29a36a", parked: "#d4a106", retired: "#a05fd6" };
 const RUN_DASHES = [[], [6, 4], [2, 3], [10, 3, 2, 3]];
 
 function emptyRun() {
-  return { offset: 0, train: [], val: [], pools: {} }; // pools: name -> [[step, size]]
+  // pools: name -> [[step, size]]; policies: name -> [[step, loss]]; versions: name -> [[step, version]]
+  return { offset: 0, train: [], val: [], pools: {}, policies: {}, versions: {} };
 }
 
 class RunCurves {
-  constructor(container, poolsContainer) {
+  constructor(container, poolsContainer, policiesContainer) {
     this.container = container;
     this.poolsContainer = poolsContainer || null; // shown only when some run has curriculum pools
+    this.policiesContainer = policiesContainer || null; // shown only when some run has several policies
     this.runs = new Map(); // name -> emptyRun()
     this.plot = null;
     this.poolsPlot = null;
+    this.policiesPlot = null;
     this.timer = null;
     this.resize = new ResizeObserver(() => this.fit());
     this.resize.observe(container);
@@ -51,7 +57,9 @@ class RunCurves {
       for (const record of chunk.records) {
         if (record.kind === "train") {
           run.train.push([record.step, record.reward_mean]);
-          addPools(run.pools, record);
+          addNamed(run.pools, record, POOL_PREFIX);
+          addNamed(run.policies, record, ...POLICY_LOSS);
+          addNamed(run.versions, record, POLICY_VERSION);
         }
         if (record.kind === "val") run.val.push([record.step, record.val_score]);
       }
@@ -78,33 +86,51 @@ class RunCurves {
     return { tables, series };
   }
 
-  poolSeries() {
+  // One series per name in each run's `field` (name -> [[step, value]]): the first such run solid, the
+  // next dashed; `label(runName, name, run)` names a series.
+  namedSeries(field, color, label) {
     const tables = [];
     const series = [{ label: "step" }];
-    let index = 0; // runs with pools: the first solid, the next dashed
+    let index = 0;
     for (const [name, run] of this.runs) {
-      if (!Object.keys(run.pools).length) continue;
+      if (!Object.keys(run[field]).length) continue;
       const dash = RUN_DASHES[index++ % RUN_DASHES.length];
-      for (const [pool, rows] of Object.entries(run.pools)) {
+      for (const [key, rows] of Object.entries(run[field])) {
         tables.push(rows);
-        const stroke = POOL_COLORS[pool] || PALETTE[tables.length % PALETTE.length];
-        series.push({ label: `${name} ${pool}`, stroke, width: 2, dash, spanGaps: true });
+        series.push({ label: label(name, key, run), stroke: color(key, tables.length), width: 2, dash, spanGaps: true });
       }
     }
     return { tables, series };
+  }
+
+  poolSeries() {
+    const color = (pool, n) => POOL_COLORS[pool] || PALETTE[n % PALETTE.length];
+    return this.namedSeries("pools", color, (name, pool) => `${name} ${pool}`);
+  }
+
+  // Each policy's loss, its legend naming the policy's latest version.
+  policySeries() {
+    const color = (policy, n) => PALETTE[n % PALETTE.length];
+    const label = (name, policy, run) => {
+      const versions = run.versions[policy];
+      return `${name} ${policy}` + (versions ? ` (v${versions[versions.length - 1][1]})` : "");
+    };
+    return this.namedSeries("policies", color, label);
   }
 
   draw() {
     const { tables, series } = this.series();
     this.plot = drawChart(this.container, this.plot, tables, series, "reward / accuracy", this.width());
     if (!this.plot) this.container.append(el("p", { class: "muted" }, "No metrics yet for the selected runs."));
-    if (this.poolsContainer) {
-      const pools = this.poolSeries();
-      const card = this.poolsContainer.closest("section") || this.poolsContainer;
-      card.hidden = !pools.tables.length;
-      this.poolsPlot = drawChart(this.poolsContainer, this.poolsPlot, pools.tables, pools.series, "tasks", this.width());
-    }
+    if (this.poolsContainer) this.poolsPlot = this.drawCard(this.poolsContainer, this.poolsPlot, this.poolSeries(), "tasks");
+    if (this.policiesContainer) this.policiesPlot = this.drawCard(this.policiesContainer, this.policiesPlot, this.policySeries(), "loss");
     performance.mark("tether:chart-drawn");
+  }
+
+  // A chart in a card of its own, the card hidden while no run has its series.
+  drawCard(container, previous, { tables, series }, yLabel) {
+    (container.closest("section") || container).hidden = !tables.length;
+    return drawChart(container, previous, tables, series, yLabel, this.width());
   }
 
   width() {
@@ -112,16 +138,17 @@ class RunCurves {
   }
 
   fit() {
-    for (const plot of [this.plot, this.poolsPlot]) if (plot) plot.setSize({ width: this.width(), height: 280 });
+    for (const plot of [this.plot, this.poolsPlot, this.policiesPlot]) if (plot) plot.setSize({ width: this.width(), height: 280 });
   }
 }
 
-// A train record's `curriculum.<pool>` sizes, appended to each pool's [[step, size]].
-function addPools(pools, record) {
+// A train record's `<prefix><name><suffix>` numbers (`curriculum.<pool>`, `train.<policy>.loss`),
+// appended to each name's [[step, value]] in `named`.
+function addNamed(named, record, prefix, suffix = "") {
   for (const [key, value] of Object.entries(record)) {
-    if (!key.startsWith(POOL_PREFIX) || typeof value !== "number") continue;
-    const pool = key.slice(POOL_PREFIX.length);
-    (pools[pool] = pools[pool] || []).push([record.step, value]);
+    if (!key.startsWith(prefix) || !key.endsWith(suffix) || typeof value !== "number") continue;
+    const name = key.slice(prefix.length, key.length - suffix.length);
+    if (name) (named[name] = named[name] || []).push([record.step, value]);
   }
 }
 

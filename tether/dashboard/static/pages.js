@@ -14,7 +14,8 @@ pages.runs = async function (view) {
   const runs = await api.get("/runs");
   const chart = el("div", { id: "chart", class: "chart", "data-points": "0" });
   const poolsChart = el("div", { id: "pools-chart", class: "chart", "data-points": "0" });
-  const curves = new RunCurves(chart, poolsChart);
+  const policiesChart = el("div", { id: "policies-chart", class: "chart", "data-points": "0" });
+  const curves = new RunCurves(chart, poolsChart, policiesChart);
   activeCurves = curves;
   const withMetrics = runs.filter((run) => run.has_metrics);
   const selected = new Set(withMetrics.slice(-1).map((run) => run.name));
@@ -53,6 +54,7 @@ pages.runs = async function (view) {
     el("h1", {}, "Runs"),
     el("section", { class: "card" }, el("h2", {}, "Reward and held-out accuracy"), chart),
     el("section", { class: "card", id: "pools", hidden: true }, el("h2", {}, "Curriculum pools (tasks)"), poolsChart),
+    el("section", { class: "card", id: "policies", hidden: true }, el("h2", {}, "Policies (loss; latest version)"), policiesChart),
     el(
       "div",
       { class: "scroll" },

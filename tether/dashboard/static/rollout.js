@@ -82,7 +82,8 @@ function waterfall(spans, onSelect) {
     const ms = span.end ? ((span.end - span.start) * 1000).toFixed(1) + " ms" : "open";
     const classes = ["bar", span.call ? "call" : span.judge ? "judge" : "other", span.status];
     const selectable = span.call || span.judge;
-    const label = el("div", { class: "label", style: `padding-left:${depth.get(span.span_id) * 0.8}rem` }, span.name, el("span", { class: "muted" }, ` ${span.origin}`));
+    const policy = span.call && span.summary.policy ? ` · ${span.summary.policy}` : "";
+    const label = el("div", { class: "label", style: `padding-left:${depth.get(span.span_id) * 0.8}rem` }, span.name, el("span", { class: "muted" }, ` ${span.origin}${policy}`));
     const row = el(
       "div",
       { class: "wf-row", dataset: { span: span.span_id }, role: selectable ? "button" : null, tabindex: selectable ? "0" : null },
@@ -138,6 +139,7 @@ async function showCall(panel, rolloutId, span) {
     facts([
       ["model", call.model],
       ["agent", call.agent],
+      ["policy", call.policy],
       ["policy version", fmt(call.policy_version)],
       ["latency", call.latency_ms === null ? "–" : `${fmt(call.latency_ms, 1)} ms`],
       ["training", call.outcome + (call.break_reason ? ` (chain broke here: ${call.break_reason})` : "")],
