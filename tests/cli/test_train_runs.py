@@ -166,7 +166,7 @@ def test_time_budget_stops_updates_and_counts_resumed_starts(tmp_path: Path) -> 
 
     assert main(args) == 0
     assert train_steps(run_dir) == [1]
-    assert main([*train_args(tmp_path, steps=5, sleep=1.0), "--time-budget", "60"]) == 0
+    assert main([*train_args(tmp_path, steps=5, sleep=1.0), "--time-budget", "3600"]) == 0
     assert train_steps(run_dir) == [1, 2, 3, 4, 5]  # a larger budget lets --steps decide again
 
 
