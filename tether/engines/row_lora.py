@@ -48,8 +48,7 @@ class RowLoRA:
                 continue
             if not _plain_lora(layer, adapters):
                 return None
-            present = [name for name in adapters if name in layer.lora_A]
-            if present:
+            if any(name in layer.lora_A for name in adapters):
                 stacks[layer] = _stack(layer, adapters)
         return cls(model, {name: i + 1 for i, name in enumerate(adapters)}, stacks)
 
@@ -98,18 +97,21 @@ def _plain_lora(layer: Any, adapters: Sequence[str]) -> bool:
 
 
 def _stack(layer: Any, adapters: Sequence[str]) -> _Stack:
-    first = next(layer.lora_A[name].weight for name in adapters if name in layer.lora_A)
-    rank = max(layer.lora_A[name].weight.shape[0] for name in adapters if name in layer.lora_A)
-    d_in = first.shape[1]
-    d_out = next(layer.lora_B[name].weight.shape[0] for name in adapters if name in layer.lora_B)
+    pairs = {
+        name: (layer.lora_A[name].weight, layer.lora_B[name].weight)
+        for name in adapters
+        if name in layer.lora_A
+    }
+    a0, b0 = next(iter(pairs.values()))
+    rank = max(a.shape[0] for a, _ in pairs.values())
     slots = len(adapters) + 1
-    down = torch.zeros((slots, d_in, rank), dtype=first.dtype, device=first.device)
-    up = torch.zeros((slots, rank, d_out), dtype=first.dtype, device=first.device)
+    down = torch.zeros((slots, a0.shape[1], rank), dtype=a0.dtype, device=a0.device)
+    up = torch.zeros((slots, rank, b0.shape[0]), dtype=a0.dtype, device=a0.device)
     with torch.no_grad():
         for slot, name in enumerate(adapters, start=1):
-            if name not in layer.lora_A:
+            if name not in pairs:
                 continue
-            a, b = layer.lora_A[name].weight, layer.lora_B[name].weight
+            a, b = pairs[name]
             down[slot, :, : a.shape[0]] = a.t()
             up[slot, : b.shape[1], :] = b.t() * float(layer.scaling[name])
     return _Stack(down, up)

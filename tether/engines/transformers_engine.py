@@ -186,10 +186,8 @@ class TransformersEngine:
         self.tokenizer = AutoTokenizer.from_pretrained(self.path)
         # On a CUDA device with bf16, `auto` samples in the learner's precision (bf16 autocast over fp32
         # weights, head in fp32): all-bf16 weights moved the first update's mean ratio to 0.986 on an H200.
-        self.autocast = dtype == "auto" and _bf16_device(self.device)
-        self.model = self._load_model(
-            self.path, torch.float32 if self.autocast else _resolve_dtype(dtype, self.device)
-        )
+        self.autocast = dtype == "auto" and self.device.type == "cuda" and torch.cuda.is_bf16_supported()
+        self.model = self._load_model(self.path, _resolve_dtype(dtype))
         if self.autocast:
             self.model.set_output_embeddings(_Fp32Head(self.model.get_output_embeddings()))
         self.config = self.model.config
@@ -698,13 +696,10 @@ class _Fp32Head(torch.nn.Module):
             return out
 
 
-def _bf16_device(device: torch.device) -> bool:
-    return device.type == "cuda" and torch.cuda.is_bf16_supported()
-
-
-def _resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+def _resolve_dtype(dtype: str) -> torch.dtype:
+    """The weights' dtype: `auto` keeps them in fp32 (on a bf16 CUDA device the engine adds autocast)."""
     if dtype == "auto":
-        return torch.bfloat16 if _bf16_device(device) else torch.float32
+        return torch.float32
     if dtype not in _DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}: expected auto or one of {', '.join(_DTYPES)}")
     return _DTYPES[dtype]
