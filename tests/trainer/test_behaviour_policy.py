@@ -60,7 +60,7 @@ def trainer_for(tmp_path: Path, **overrides: object) -> Trainer:
         "n_workers": 6,
         "val_every": 0,
         "checkpoint_every": 0,
-        "timeout_s": 60,
+        "timeout_s": 600,  # a loaded machine may stall a call; a timed-out rollout has no reward
         # The learner's default precision, which must be the engine's: on a CPU with native bf16 an autocast
         # learner moved the first ratio by ~4e-3 (at temperature 1 too).
         "policy": TrainConfig(model="tiny-random", lr=1e-3, micro_batch_tokens=4096),
@@ -68,6 +68,15 @@ def trainer_for(tmp_path: Path, **overrides: object) -> Trainer:
     }
     store = SQLiteStore(tmp_path / "store.db")
     return Trainer(TrainerConfig(**options), tmp_path / "run", store, TokenAuthority.generate())
+
+
+def unfinished(trainer: Trainer) -> str:
+    """The rollouts that did not succeed, with their errors: why a step's numbers are off."""
+    return "; ".join(
+        f"{r.id} ({r.status.value}): {r.error}"
+        for r in trainer.store.list_rollouts(limit=1000)
+        if r.status.value != "succeeded"
+    )
 
 
 def train_transitions(trainer: Trainer):  # noqa: ANN201
@@ -163,6 +172,8 @@ def test_dynamic_sampling_refills_up_to_the_cap_in_async_mode(tmp_path: Path) ->
     result = trainer.fit(CallableAgent(agent_at(1.0)), TASKS, (), constant_reward)
     steps = [r for r in result.history if r["kind"] == "train"]
     assert len(steps) == 2
+    # A rollout that failed has no reward (0.0 for training), which would put signal in its group.
+    assert all(step["failed_rollouts"] == 0 for step in steps), unfinished(trainer)
     for step in steps:
         assert step["groups_generated"] == 5 and step["groups_with_signal"] == 0
         assert step["zero_variance_fraction"] == 1.0
