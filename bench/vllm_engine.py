@@ -28,7 +28,7 @@ import orjson
 
 from tether.auth import TokenAuthority
 from tether.gateway.upstreams import Upstream
-from tether.policy_server import PolicyServerOptions, open_policy_server
+from tether.policy_server import BuiltinOptions, PolicyServerOptions, open_policy_server
 from tether.stack import local_stack
 from tether.store import SQLiteStore
 
@@ -131,7 +131,10 @@ def main() -> int:
     QUESTIONS.extend(json.loads(line)["question"] for line in tasks.open())
     servers = {
         kind: open_policy_server(
-            kind, PolicyServerOptions(model="smollm2-135m", max_batch_size=64, log_dir=folder)
+            kind,
+            PolicyServerOptions(
+                model="smollm2-135m", log_dir=folder, builtin=BuiltinOptions(max_batch_size=64)
+            ),
         )
         for kind in ("builtin", "vllm")
     }

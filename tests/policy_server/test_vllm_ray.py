@@ -14,7 +14,7 @@ from tests.gateway.test_recording import client, only_span
 from tests.policy_server.conftest import direct, rig_over
 from tests.policy_server.test_vllm_swaps import random_adapter
 from tests.rigs import GatewayRig
-from tether.policy_server import PolicyServerOptions, PolicyWeights
+from tether.policy_server import PolicyServerOptions, PolicyWeights, VLLMOptions
 from tether.policy_server.vllm import VLLMPolicyServer
 from tether.ray.cluster import RaySettings, connect
 from tether.ray.replicas import ReplicaSet
@@ -27,7 +27,9 @@ GREEDY = {"temperature": 0.0, "max_tokens": 12, "seed": 1}
 def replicas(vllm_server: VLLMPolicyServer, ray_cluster: object) -> Iterator[ReplicaSet]:
     """One replica actor on the Ray cluster whose policy server is the session's vLLM (by URL)."""
     cluster = connect(RaySettings(address=ray_cluster.address, replicas=1, weights_transfer="stream"))  # type: ignore[attr-defined]
-    options = PolicyServerOptions(model="smollm2-135m", urls=(vllm_server.replicas[0].base_url,))
+    options = PolicyServerOptions(
+        model="smollm2-135m", vllm=VLLMOptions(urls=(vllm_server.replicas[0].base_url,))
+    )
     replica_set = ReplicaSet(cluster, "vllm", options, 1, 0.0)
     yield replica_set
     replica_set.close()

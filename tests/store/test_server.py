@@ -284,6 +284,7 @@ def test_openapi_lists_every_route(server: StoreServer) -> None:
         ("POST", "/store/rollouts/query"),
         ("POST", "/store/rollouts/claim"),
         ("POST", "/store/rollouts/wait"),
+        ("POST", "/store/rollouts/read"),
         ("POST", "/store/requeue-stale"),
         ("POST", "/store/sessions"),
         ("GET", "/store/rollouts/{rollout_id}"),

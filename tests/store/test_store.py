@@ -12,12 +12,14 @@ from tether.store.lifecycle import MAX_WORKER_LOSSES
 from tether.store.models import (
     Reward,
     Rollout,
+    RolloutRecord,
     RolloutRequest,
     RolloutStatus,
     Span,
     SpanEvent,
     Task,
 )
+from tether.store.sql.store import READ_CHUNK
 
 
 def requests(count: int, **options: object) -> list[RolloutRequest]:
@@ -338,6 +340,79 @@ def test_rewards_keep_names_sources_and_span_links(store: Store) -> None:
     assert store.query_rewards(b.id) == rewards[2:]
     assert store.query_rewards("ro-none") == []
     store.add_rewards([])
+
+
+# -- records ------------------------------------------------------------------------------------------
+
+
+def per_rollout_record(store: Store, rollout_id: str) -> RolloutRecord:
+    """What `read_rollouts` answers for one rollout, from the per-rollout queries."""
+    return RolloutRecord(
+        rollout=store.get_rollout(rollout_id),
+        attempts=store.list_attempts(rollout_id),
+        spans=store.query_spans(rollout_id=rollout_id, limit=1_000_000),
+        rewards=store.query_rewards(rollout_id),
+    )
+
+
+def test_read_rollouts_answers_what_the_per_rollout_queries_do(store: Store) -> None:
+    (retried,) = store.enqueue(requests(1, max_attempts=2))
+    for worker in ("w1", "w2"):  # two failed attempts, each with a call span, started later than the last
+        claim = store.claim(worker)
+        assert claim is not None and claim.rollout.id == retried.id
+        number = claim.attempt.number
+        store.add_spans([span(retried.id, "llm", start=10.0 - number, attempt=number)])
+        store.update_status(retried.id, RolloutStatus.failed, attempt=number)
+    plain, bare = store.enqueue(requests(2))
+    claim = store.claim("w3")
+    assert claim is not None and claim.rollout.id == plain.id
+    store.add_spans(
+        [
+            span(plain.id, "tool", start=3.0),
+            span(retried.id, "tool", start=0.5),
+            span(plain.id, "llm", start=2.0),
+        ]
+    )
+    store.update_status(plain.id, RolloutStatus.succeeded, output="done")
+    store.add_rewards(
+        [
+            Reward(rollout_id=plain.id, value=1.0, time=5.0),
+            Reward(rollout_id=retried.id, value=0.5, attempt=2, time=1.0),
+            Reward(rollout_id=plain.id, value=-0.2, name="length", primary=False, time=4.0),
+        ]
+    )
+
+    ids = [plain.id, bare.id, retried.id, plain.id]
+    records = store.read_rollouts(ids)
+
+    assert records == [per_rollout_record(store, rollout_id) for rollout_id in ids]
+    shapes = [(len(r.attempts), len(r.spans), len(r.rewards)) for r in records]
+    assert shapes == [(1, 2, 2), (0, 0, 0), (2, 3, 1), (1, 2, 2)]
+    assert [s.start_time for s in records[2].spans] == [9.0, 8.0, 0.5]  # insertion order, not time order
+    assert store.read_rollouts([]) == []
+
+
+def test_read_rollouts_of_an_unknown_id_is_not_found(store: Store) -> None:
+    (rollout,) = store.enqueue(requests(1))
+    with pytest.raises(NotFound) as caught:
+        store.read_rollouts([rollout.id, "ro-missing"])
+    assert (caught.value.what, caught.value.key) == ("rollout", "ro-missing")
+
+
+def test_read_rollouts_of_more_rollouts_than_one_statement_reads(store: Store) -> None:
+    rollouts = list(reversed(store.enqueue(requests(2 * READ_CHUNK + 1))))  # asked for in another order
+    edges = [rollouts[n] for n in (0, READ_CHUNK - 1, READ_CHUNK, -1)]  # first and last of the statements
+    store.add_spans([span(r.id, "llm", start=float(n)) for n, r in enumerate(edges)])
+    store.add_rewards([Reward(rollout_id=r.id, value=float(n)) for n, r in enumerate(edges)])
+
+    records = store.read_rollouts([r.id for r in rollouts])
+
+    assert [r.rollout for r in records] == rollouts
+    by_id = {r.rollout.id: r for r in records}
+    assert {r.rollout.id for r in records if r.spans or r.rewards} == {r.id for r in edges}
+    for n, rollout in enumerate(edges):
+        assert by_id[rollout.id] == per_rollout_record(store, rollout.id)
+        assert [s.start_time for s in by_id[rollout.id].spans] == [float(n)]
 
 
 # -- resources ------------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """Adapters from recorded traces to training data."""
 
-from tether.adapters.build import TransitionReport, build_transitions
+from tether.adapters.build import TransitionReport, build_transitions, transitions_of
 from tether.adapters.export import read_jsonl, to_hf_dataset, write_jsonl
 from tether.adapters.transitions import Transition
 
@@ -10,5 +10,6 @@ __all__ = [
     "build_transitions",
     "read_jsonl",
     "to_hf_dataset",
+    "transitions_of",
     "write_jsonl",
 ]

@@ -49,7 +49,7 @@ from tether.contracts import (
 )
 from tether.sampling import Sampler
 from tether.store.base import Store
-from tether.store.models import Reward, Rollout, Span
+from tether.store.models import Reward, Rollout, RolloutRecord, Span
 from tether.store.reward_rule import agent_rewards_count, final_reward
 
 ALL_ROWS = 1_000_000_000
@@ -192,7 +192,36 @@ def build_transitions(
     attempts: Attempts = "last",
     choice: int = 0,
 ) -> TransitionReport:
-    """Build transitions from the recorded calls of rollouts (objects or ids); see the module docstring.
+    """`transitions_of` the rollouts (objects or ids), read in one `Store.read_rollouts`. A rollout given
+    as an object is taken as given, the store's only for its attempts, spans and rewards."""
+    given = list(rollouts)
+    records = store.read_rollouts([item if isinstance(item, str) else item.id for item in given])
+    as_given = [
+        record if isinstance(item, str) else record.model_copy(update={"rollout": item})
+        for item, record in zip(given, records, strict=True)
+    ]
+    return transitions_of(
+        as_given,
+        merge=merge,
+        agents=agents,
+        exclude_agents=exclude_agents,
+        reward_name=reward_name,
+        attempts=attempts,
+        choice=choice,
+    )
+
+
+def transitions_of(
+    records: Iterable[RolloutRecord],
+    *,
+    merge: bool = False,
+    agents: Collection[str] | None = None,
+    exclude_agents: Collection[str] = (),
+    reward_name: str | None = None,
+    attempts: Attempts = "last",
+    choice: int = 0,
+) -> TransitionReport:
+    """Build transitions from the recorded calls of rollouts; see the module docstring. Reads no store.
 
     `agents` keeps only those agents' calls; `exclude_agents` drops those (e.g. agents served by a fixed
     model). Either way the skipped calls are counted as `agent_not_selected`."""
@@ -200,11 +229,9 @@ def build_transitions(
         raise ValueError(f"attempts must be 'last' or 'all', not {attempts!r}")
     selected = _AgentFilter(agents, exclude_agents)
     report = TransitionReport()
-    for item in rollouts:
-        rollout = store.get_rollout(item) if isinstance(item, str) else item
+    for record in records:
         _build_rollout(
-            store,
-            rollout,
+            record,
             report,
             merge=merge,
             agents=selected,
@@ -216,8 +243,7 @@ def build_transitions(
 
 
 def _build_rollout(
-    store: Store,
-    rollout: Rollout,
+    record: RolloutRecord,
     report: TransitionReport,
     *,
     merge: bool,
@@ -226,9 +252,8 @@ def _build_rollout(
     attempts: Attempts,
     choice: int,
 ) -> None:
+    rollout, spans, rewards = record.rollout, record.spans, record.rewards
     report.rollouts += 1
-    spans = store.query_spans(rollout_id=rollout.id, limit=ALL_ROWS)
-    rewards = store.query_rewards(rollout.id)
     if not agent_rewards_count(rollout):
         rewards = [reward for reward in rewards if reward.source != Origin.AGENT]
     calls = [span for span in spans if is_call_span(span.name) and span.origin == Origin.GATEWAY]
@@ -242,7 +267,7 @@ def _build_rollout(
     if forged:
         report.calls += forged
         report.skipped["not_recorded_by_the_gateway"] += forged
-    _label_agents(spans, calls)
+    calls = _label_agents(spans, calls)
     last = _last_attempt(rollout, calls)
     by_attempt = _group_by_attempt(calls, last)
     step_rewards = _step_rewards(rewards, spans, calls, last)
@@ -275,18 +300,23 @@ class _AgentFilter:
         return self.include is None or agent in self.include
 
 
-def _label_agents(spans: Sequence[Span], calls: Sequence[Span]) -> None:
-    """Name each call's agent. An agent that says who it is (the X-Tether-Agent header) is believed;
-    otherwise an enclosing OpenTelemetry span that names an agent (the call carried its `traceparent`)
-    wins over the model alias the call asked for."""
+def _label_agents(spans: Sequence[Span], calls: Sequence[Span]) -> list[Span]:
+    """The calls, each naming its agent (a relabelled call is a copy). An agent that says who it is (the
+    X-Tether-Agent header) is believed; otherwise an enclosing OpenTelemetry span that names an agent (the
+    call carried its `traceparent`) wins over the model alias the call asked for."""
     by_id = {span.span_id: span for span in spans}
-    for call in calls:
-        attrs = call.attributes
-        if attrs.get(CallAttr.AGENT_SOURCE) == AgentSource.HEADER:
-            continue
-        name = _enclosing_agent(call, by_id)
-        if name is not None:
-            call.attributes = {**attrs, CallAttr.AGENT: name, CallAttr.AGENT_SOURCE: AgentSource.TRACE}
+    return [_labelled(call, by_id) for call in calls]
+
+
+def _labelled(call: Span, by_id: dict[str, Span]) -> Span:
+    attrs = call.attributes
+    if attrs.get(CallAttr.AGENT_SOURCE) == AgentSource.HEADER:
+        return call
+    name = _enclosing_agent(call, by_id)
+    if name is None:
+        return call
+    labels = {CallAttr.AGENT: name, CallAttr.AGENT_SOURCE: AgentSource.TRACE}
+    return call.model_copy(update={"attributes": {**attrs, **labels}})
 
 
 def _enclosing_agent(call: Span, by_id: dict[str, Span]) -> str | None:

@@ -105,8 +105,7 @@ def _has_failed_call(store: Store, rollout: Rollout) -> bool:
 def _calls(store: Store, rollout: Rollout) -> list[Span]:
     spans = store.query_spans(rollout_id=rollout.id, limit=ALL_ROWS)
     calls = [s for s in spans if is_call_span(s.name) and s.origin == Origin.GATEWAY]
-    _label_agents(spans, calls)
-    return calls
+    return _label_agents(spans, calls)
 
 
 def build_demonstrations(

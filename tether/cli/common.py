@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
-import shlex
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -15,10 +13,12 @@ from rich.console import Console
 
 from tether.cli.secrets import UPSTREAM_KEY, add_secret_arg, secret_value
 from tether.contracts import POLICY_UPSTREAM
-from tether.gateway import EngineUpstream, HTTPUpstream, HTTPUpstreamConfig
+from tether.placement import LocalPlacement, Placement
+from tether.policy_server import openai as openai_kind
+from tether.policy_server.builtin import options as builtin_kind
+from tether.policy_server.vllm import options as vllm_kind
 
 if TYPE_CHECKING:
-    from tether.engines.transformers_engine import TransformersEngine
     from tether.gateway.upstreams import Upstream
     from tether.policy_server import PolicyServer, PolicyServerOptions
 from tether.project import Project
@@ -29,183 +29,102 @@ from tether.store.backends import STORE_ENV
 
 
 def add_policy_args(parser: argparse.ArgumentParser, default_model: str = "smollm2-135m") -> None:
+    """The model, and each policy-server kind's group of options."""
     parser.add_argument(
         "--model",
         default=default_model,
         help="policy model for the built-in engine: smollm2-135m, tiny-random, or a local HF folder",
     )
-    parser.add_argument(
-        "--upstream",
-        metavar="URL",
-        help="forward calls to this OpenAI-compatible base URL instead of the built-in engine",
-    )
+    openai_kind.add_args(parser)
     add_secret_arg(parser, UPSTREAM_KEY)
-    parser.add_argument("--upstream-model", metavar="NAME", help="model name to send to --upstream")
-    parser.add_argument(
-        "--upstream-token-ids",
-        action="store_true",
-        help="ask --upstream for token ids (vLLM's return_token_ids)",
-    )
-    parser.add_argument(
-        "--max-batch-size",
-        type=int,
-        default=8,
-        help="built-in engine: requests per batch (a rollout with nothing running may still join a full "
-        "batch, so that no rollout waits behind another's long generations)",
-    )
+    builtin_kind.add_args(parser)
     add_engine_args(parser)
 
 
-ENGINE_ENV = "TETHER_ENGINE"
-
-
 def add_engine_args(parser: argparse.ArgumentParser) -> None:
-    """Which engine serves the policy: the built-in one in this process, or vLLM (started by Tether, or
-    servers the user started)."""
-    group = parser.add_argument_group("policy engine")
-    group.add_argument(
-        "--engine",
-        choices=["builtin", "vllm"],
-        default=os.environ.get(ENGINE_ENV) or "builtin",
-        help=f"builtin: Tether's engine in this process; vllm: a vLLM server that Tether starts from its "
-        f"own environment (default: ${ENGINE_ENV}, else builtin)",
-    )
-    group.add_argument(
-        "--policy-server",
-        metavar="URL[,URL...]",
-        help="serve the policy with these running vLLM servers (replicas), instead of starting one; each "
-        "needs --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True (checked at start)",
-    )
-    group.add_argument(
-        "--vllm-python",
-        metavar="PATH",
-        help="the Python of the vLLM environment (default: $TETHER_VLLM_PYTHON, else .venv-vllm/bin/python; "
-        "`make setup-vllm` creates it)",
-    )
-    group.add_argument("--vllm-replicas", type=int, default=1, metavar="N", help="vLLM servers to start")
-    group.add_argument(
-        "--vllm-port", type=int, default=0, metavar="PORT", help="first vLLM port (default: free ports)"
-    )
-    group.add_argument(
-        "--vllm-args",
-        default="",
-        metavar="ARGS",
-        help="extra arguments for the vLLM servers Tether starts, as one string, e.g. "
-        "'--gpu-memory-utilization 0.8 --max-model-len 4096'",
-    )
+    vllm_kind.add_args(parser)
 
 
 def engine_kind(args: argparse.Namespace) -> str:
-    return "vllm" if getattr(args, "policy_server", None) or args.engine == "vllm" else "builtin"
+    """The policy-server kind the command line asks for: builtin, vllm or openai (`--upstream`)."""
+    if vllm_kind.chosen(args):
+        if getattr(args, "upstream", None):
+            raise SystemExit("tether: --upstream and --engine vllm/--policy-server exclude each other")
+        return "vllm"
+    return "openai" if getattr(args, "upstream", None) else "builtin"
 
 
 def policy_server_options(args: argparse.Namespace, name: str, log_dir: Path | None) -> PolicyServerOptions:
     from tether.policy_server import PolicyServerOptions
 
-    if args.vllm_replicas < 1:
-        raise SystemExit("tether: --vllm-replicas must be at least 1")
-    urls = tuple(u.strip() for u in (args.policy_server or "").split(",") if u.strip())
+    try:
+        vllm = vllm_kind.options_from_args(args)
+    except ValueError as exc:
+        raise SystemExit(f"tether: {exc}") from None
     return PolicyServerOptions(
         model=args.model,
         name=name,
-        max_batch_size=getattr(args, "max_batch_size", 8),
-        urls=urls,
-        replicas=args.vllm_replicas,
-        engine_python=args.vllm_python,
-        engine_args=tuple(shlex.split(args.vllm_args)),
-        port=args.vllm_port,
-        lora_rank=getattr(args, "lora_r", 16),
         log_dir=log_dir,
         need_pause=getattr(args, "async_mode", False),
+        lora_rank=getattr(args, "lora_r", 16),
+        builtin=builtin_kind.options_from_args(args),
+        vllm=vllm,
+        openai=openai_kind.options_from_args(args, secret_value(args, UPSTREAM_KEY)),
     )
 
 
 @contextmanager
-def vllm_policy(args: argparse.Namespace, console: Console, log_dir: Path | None) -> Iterator[PolicyServer]:
-    """The vLLM policy server the command asked for, stopped when the command ends, however it ends."""
-    from tether.policy_server import open_policy_server
-    from tether.policy_server.vllm import VLLMError, VLLMSetupError
-
+def serving_policy(
+    args: argparse.Namespace,
+    console: Console,
+    log_dir: Path | None = None,
+    placement: Placement | None = None,
+) -> Iterator[Upstream]:
+    """The policy's upstream for a command (`--engine`, `--policy-server` or `--upstream`; replicas where
+    the placement has them), its server stopped when the command ends, however it ends."""
+    kind = engine_kind(args)
+    if getattr(args, "adapter", None) is not None and kind != "builtin":
+        raise SystemExit("tether: --adapter is loaded by the built-in engine: drop --upstream/--engine vllm")
     options = policy_server_options(args, POLICY_UPSTREAM, log_dir)
+    placed = (placement or LocalPlacement()).policy_server(kind, options)
+    if placed is not None:
+        try:
+            yield placed.upstream()
+        finally:
+            placed.close()
+        return
+    with opened_policy_server(kind, options, console) as server:
+        yield server.upstream()
+
+
+STARTING = {
+    "builtin": "loading model {model} ...",
+    "vllm": "starting vLLM for {model} ...",
+    "openai": "",
+}
+
+
+@contextmanager
+def opened_policy_server(kind: str, options: PolicyServerOptions, console: Console) -> Iterator[PolicyServer]:
+    """`open_policy_server`, with progress for the slow kinds and its errors as one line."""
+    from tether.policy_server import PolicyServerError, open_policy_server
+
     started = time.monotonic()
-    what = f"{len(options.urls)} vLLM server(s)" if options.urls else f"vLLM for {args.model}"
-    console.print(f"starting {what} ...")
+    what = STARTING[kind].format(model=options.model)
+    if kind == "vllm" and options.vllm.urls:
+        what = f"connecting to {len(options.vllm.urls)} vLLM server(s) ..."
     try:
-        server = open_policy_server("vllm", options)
-    except (VLLMSetupError, VLLMError) as exc:
+        if what:
+            console.print(what)
+        server = open_policy_server(kind, options)
+    except PolicyServerError as exc:
         raise SystemExit(f"tether: {exc}") from None
-    console.print(f"[green]vLLM[/] ready in {time.monotonic() - started:.0f}s")
+    if what:
+        console.print(f"[green]{kind} policy server[/] ready in {time.monotonic() - started:.1f}s")
     try:
         yield server
     finally:
         server.close()
-
-
-def load_engine(model: str, max_batch_size: int, console: Console) -> TransformersEngine:
-    try:
-        from tether.engines import TransformersEngine
-    except ImportError as exc:
-        raise SystemExit(
-            f"the built-in engine needs torch and transformers ({exc}). "
-            "Install them with: pip install torch==2.13.0 && pip install -e '.[engine]'"
-        ) from exc
-    started = time.monotonic()
-    with console.status(f"loading model {model} ..."):
-        try:
-            engine = TransformersEngine(model, max_batch_size=max_batch_size)
-        except (ValueError, FileNotFoundError, RuntimeError) as exc:
-            raise SystemExit(f"cannot load model {model!r}: {exc}") from exc
-    console.print(f"[green]model[/] {model} loaded in {time.monotonic() - started:.1f}s")
-    return engine
-
-
-@contextmanager
-def serving_policy(
-    args: argparse.Namespace, console: Console, log_dir: Path | None = None
-) -> Iterator[Upstream]:
-    """The policy's upstream for a command: vLLM (managed or external), --upstream, or the built-in engine."""
-    if getattr(args, "adapter", None) is not None and (engine_kind(args) == "vllm" or args.upstream):
-        raise SystemExit("tether: --adapter is loaded by the built-in engine: drop --upstream/--engine vllm")
-    if engine_kind(args) == "vllm":
-        if args.upstream:
-            raise SystemExit("tether: --upstream and --engine vllm/--policy-server exclude each other")
-        with vllm_policy(args, console, log_dir) as server:
-            yield server.upstream()
-        return
-    yield policy_upstream(args, console)
-
-
-def policy_upstream(args: argparse.Namespace, console: Console) -> EngineUpstream | HTTPUpstream:
-    if args.upstream:
-        return HTTPUpstream(
-            HTTPUpstreamConfig(
-                name=POLICY_UPSTREAM,
-                base_url=args.upstream,
-                api_key=secret_value(args, UPSTREAM_KEY),
-                model=args.upstream_model,
-                request_token_ids=args.upstream_token_ids,
-            )
-        )
-    engine = load_engine(args.model, args.max_batch_size, console)
-    adapter = getattr(args, "adapter", None)
-    if adapter is not None:
-        _load_served_adapter(engine, Path(adapter), console)
-    return EngineUpstream(engine, name=POLICY_UPSTREAM)
-
-
-def _load_served_adapter(engine: TransformersEngine, adapter: Path, console: Console) -> None:
-    """`tether serve --adapter DIR`: the built-in engine serves the model with this LoRA adapter."""
-    if not (adapter / "adapter_config.json").is_file():
-        engine.close()
-        raise SystemExit(f"tether serve: --adapter {adapter}: no LoRA adapter there (no adapter_config.json)")
-    try:
-        engine.load_adapter(str(adapter))
-    except (ValueError, RuntimeError, OSError) as exc:
-        engine.close()
-        raise SystemExit(
-            f"tether serve: --adapter {adapter}: cannot load it onto {engine.name}: {exc}"
-        ) from None
-    console.print(f"[green]adapter[/] {adapter} loaded")
 
 
 # -- the store and the run ----------------------------------------------------------------------------

@@ -36,13 +36,13 @@ from tether.cli.common import (
     runner_pools,
     serving_policy,
 )
+from tether.cli.placement import open_placement
 from tether.cli.rollout_cmd import add_runner_args, command_settings, load_inputs, progress_bar, runner_config
 from tether.cli.secrets import OPTIMIZER_KEY, add_secret_arg, secret_value
 from tether.contracts import DEFAULT_ROUTE, POLICY_UPSTREAM, PROMPT_ALGORITHMS
 from tether.gateway import HTTPUpstream, HTTPUpstreamConfig
 from tether.gateway.upstreams import Upstream
 from tether.project import Project
-from tether.ray import session as ray_session
 from tether.runner import RewardError, Runner, TaskFileError, load_tasks
 from tether.runner.rewards import Evaluator, check_reference_reader
 from tether.stack import local_stack
@@ -176,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
     runner_settings = runner_config(args)
     pools = runner_pools(args, "optimize-prompt", [*inputs.tasks, *inputs.val_tasks], inputs.agent)
     store = open_cli_store(args, "optimize-prompt")
-    cluster = ray_session.open_cluster(args, "optimize-prompt", ray_session.actors_asked(args))
+    placement = open_placement(args, "optimize-prompt", console)
     shape = _search_settings(args)
     named = {**command_settings(args), **shape, "val_tasks": str(Path(args.val_tasks).resolve())}
     record = begin_run(store, args, "optimize-prompt", inputs.tasks, Path(args.tasks).stem, named, shape)
@@ -185,10 +185,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         authority = Project.at(args.project_dir).authority()
         with (
-            ray_session.policy(cluster, args, console) or serving_policy(args, console) as policy,
-            local_stack(
-                store, authority, [policy, *upstreams], routes=routes, host=ray_session.bind_host(cluster)
-            ) as stack,
+            serving_policy(args, console, placement=placement) as policy,
+            local_stack(store, authority, [policy, *upstreams], routes=routes, host=placement.host) as stack,
         ):
             session = store.start_session(
                 {"purpose": "prompt-optimizer"}, worker_id=OPTIMIZER_AGENT, mode=OPTIMIZER_AGENT
@@ -216,7 +214,7 @@ def run(args: argparse.Namespace) -> int:
                             detail=f"running {r.stats.running}",
                         ),
                         run=record.name,
-                        pools=ray_session.pools(cluster, authority, console) or pools,
+                        pools=placement.pools(authority, pools),
                     )
                     result = asyncio.run(
                         _search(args, inputs, config, store, runner, optimizer, progress.console)

@@ -28,12 +28,12 @@ from tether.cli.common import (
     runner_pools,
     serving_policy,
 )
+from tether.cli.placement import open_placement
 from tether.cli.reward_args import add_reward_args, reward_setting, rewards_from_args
 from tether.cli.sandbox_args import add_sandbox_args, sandbox_from_args
 from tether.cli.text import shown
 from tether.contracts import TASK_REFERENCE, Meta, has_reference
 from tether.project import Project
-from tether.ray import session as ray_session
 from tether.runner import (
     AIRRules,
     CommandAgent,
@@ -309,7 +309,7 @@ def run(args: argparse.Namespace) -> int:
     config = runner_config(args)
     pools = runner_pools(args, "rollout", tasks, agent)
     store = open_cli_store(args, "rollout")
-    cluster = ray_session.open_cluster(args, "rollout", ray_session.actors_asked(args))
+    placement = open_placement(args, "rollout", console)
     try:
         settings = {**command_settings(args), "group_size": args.group_size, "mode": args.mode}
         shape = {"group_size": args.group_size, "mode": args.mode}
@@ -318,8 +318,8 @@ def run(args: argparse.Namespace) -> int:
         authority = Project.at(args.project_dir).authority()
         started = time.monotonic()
         with (
-            ray_session.policy(cluster, args, console) or serving_policy(args, console) as policy,
-            local_stack(store, authority, [policy], host=ray_session.bind_host(cluster)) as stack,
+            serving_policy(args, console, placement=placement) as policy,
+            local_stack(store, authority, [policy], host=placement.host) as stack,
         ):
             with progress_bar() as progress:
                 runner = Runner(
@@ -330,7 +330,7 @@ def run(args: argparse.Namespace) -> int:
                     config,
                     on_update=track(progress, "rollouts", len(requests)),
                     run=record.name,
-                    pools=ray_session.pools(cluster, authority, console) or pools,
+                    pools=placement.pools(authority, pools),
                 )
                 outcomes = asyncio.run(_run(runner, requests))
         print_summary(outcomes, time.monotonic() - started)

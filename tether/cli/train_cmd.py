@@ -19,6 +19,7 @@ from tether.cli.common import (
     policy_server_options,
     runner_pools,
 )
+from tether.cli.placement import open_placement
 from tether.cli.plot_cmd import plot
 from tether.cli.progress import held_out_score, step_progress
 from tether.cli.reward_args import reward_setting, rewards_from_args
@@ -26,7 +27,6 @@ from tether.cli.rollout_cmd import AGENT_REWARDS, add_runner_args, load_inputs, 
 from tether.cli.secrets import TEACHER_KEY, add_secret_arg, secret_value
 from tether.contracts import ALGORITHMS, POLICY_UPSTREAM
 from tether.project import Project
-from tether.ray import session as ray_session
 from tether.rewards.rank import GroupScorer
 from tether.runner import RewardError, TaskFileError, load_tasks
 from tether.runner.rewards import check_reference_reader
@@ -432,8 +432,13 @@ def run(args: argparse.Namespace) -> int:
     if args.resume and args.run is None:
         args.run = _latest_checkpointed(project)
     store = open_cli_store(args, "train")
-    cluster = ray_session.open_cluster(args, "train", ray_session.actors_asked(args))
-    if cluster is not None and cluster.settings.learner_ranks > 1:
+    placement = open_placement(args, "train", console)
+    if args.ray is not None and args.learner_ranks > 1:  # the placement's learner: ranks on Ray
+        if config.policies:
+            raise SystemExit(
+                "tether train: several policies (--policy) are trained by the local learner for now: drop "
+                "--learner-ranks, or train one policy"
+            )
         config.learner = "ray"
     if config.from_run is not None:
         _check_demonstrations(store, config, train_tasks, val_tasks)
@@ -442,29 +447,16 @@ def run(args: argparse.Namespace) -> int:
     run_dir = project.state_dir / "runs" / record.name
     if args.fresh:
         _archive_folder(run_dir)
-    if config.policy_server == "vllm":
-        config.server_options = policy_server_options(args, POLICY_UPSTREAM, run_dir)
+    config.server_options = policy_server_options(args, POLICY_UPSTREAM, run_dir)
     authority = project.authority()
-    replicas = ray_session.replica_server(cluster, args, console, config.policy_server, run_dir / "vllm-logs")
-    trainer = Trainer(
-        config,
-        run_dir,
-        store,
-        authority,
-        run=record,
-        pools=ray_session.pools(cluster, authority, console) or pools,
-        host=ray_session.bind_host(cluster),
-        policy_server=replicas,
-    )
+    trainer = Trainer(config, run_dir, store, authority, run=record, pools=pools, placement=placement)
     console.print(f"run folder: {run_dir}")
     try:
         with step_progress(console, config.total_steps) as show:
             trainer.on_step = show
             result = _fit(trainer, agent, train_tasks, val_tasks, evaluator, group_scorer=group_scorer)
-    finally:  # replica actors stop their servers (a vLLM each) before the cluster goes
+    finally:
         agent.close()
-        if replicas is not None:
-            replicas.close()
     store.close()
     curve = plot(result.history, run_dir / "curves.png", run_dir.name)
     _report(result, curve)
@@ -532,14 +524,14 @@ def _teacher(args: argparse.Namespace) -> Any:
 def _fit(trainer: Trainer, *inputs: Any, **options: Any) -> FitResult:
     """`trainer.fit`, with a policy server that cannot start, or a learner rank lost, reported in one
     line."""
-    from tether.policy_server.vllm import VLLMError, VLLMSetupError
+    from tether.policy_server import PolicyServerError
     from tether.trainer.curriculum import CurriculumError
     from tether.trainer.distill import TeacherError
     from tether.trainer.learner import LearnerLost
 
     try:
         return trainer.fit(*inputs, **options)
-    except (VLLMSetupError, VLLMError, LearnerLost, CurriculumError, TeacherError, RewardError) as exc:
+    except (PolicyServerError, LearnerLost, CurriculumError, TeacherError, RewardError) as exc:
         raise SystemExit(f"tether train: {exc}") from None
 
 

@@ -1,38 +1,45 @@
-"""Policy servers: what serves the policy being trained, behind one protocol (`base.PolicyServer`).
+"""Policy servers: what serves the policy, behind one protocol (`base.PolicyServer`), for every command.
 
     server = open_policy_server("builtin", PolicyServerOptions(model="smollm2-135m"))
 
-A server is a module with a factory, registered here by kind: adding one (vLLM, say) is a new module
-plus one `register` line below. The trainer's loop knows only the protocol and this registry.
+A kind is a subpackage with its options (and their command-line group) and a factory, registered here:
+`builtin` (Tether's engine in this process), `vllm` (started by Tether, or running servers) and `openai`
+(any OpenAI-compatible server, `--upstream URL`, never trained). Adding one is a new subpackage plus one
+`register` line below. The commands and the trainer know only the protocol and this registry.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from tether.policy_server.base import PolicyServer, PolicyWeights, ServesSeveralPolicies, WeightsKind
+from tether.policy_server.base import (
+    PolicyServer,
+    PolicyServerError,
+    PolicyWeights,
+    ServesSeveralPolicies,
+    WeightsKind,
+)
+from tether.policy_server.builtin.options import BuiltinOptions
+from tether.policy_server.openai import OpenAIOptions
+from tether.policy_server.vllm.options import VLLMOptions
 from tether.registry import Registry
 
 
 @dataclass(frozen=True)
 class PolicyServerOptions:
+    """What every kind is told, and each kind's own options."""
+
     model: str
     name: str = "policy"  # the gateway upstream it registers as
-    max_batch_size: int = 8
-    threads: int | None = None
-    # Servers in other processes (vLLM): the URLs of ones the user started, else how many to start,
-    # with which Python, extra arguments, first port (0: free ones) and where their logs go.
-    urls: tuple[str, ...] = ()
-    replicas: int = 1
-    engine_python: str | None = None
-    engine_args: tuple[str, ...] = ()
-    port: int = 0
+    log_dir: Path | None = None  # where a server in another process writes its log
+    need_pause: bool = False  # async training: calls are held around each weight swap
     lora_rank: int = 16
-    log_dir: Path | None = None
-    need_pause: bool = False
     policies: int = 1  # LoRA policies served side by side (vLLM sizes --max-loras for them)
+    builtin: BuiltinOptions = field(default_factory=BuiltinOptions)
+    vllm: VLLMOptions = field(default_factory=VLLMOptions)
+    openai: OpenAIOptions | None = None
 
 
 Factory = Callable[[PolicyServerOptions], PolicyServer]
@@ -48,9 +55,7 @@ def open_policy_server(kind: str, options: PolicyServerOptions) -> PolicyServer:
 def _builtin(options: PolicyServerOptions) -> PolicyServer:
     from tether.policy_server.builtin import BuiltinPolicyServer
 
-    return BuiltinPolicyServer(
-        options.model, name=options.name, max_batch_size=options.max_batch_size, threads=options.threads
-    )
+    return BuiltinPolicyServer(options.model, options.builtin, name=options.name)
 
 
 def _vllm(options: PolicyServerOptions) -> PolicyServer:
@@ -59,14 +64,27 @@ def _vllm(options: PolicyServerOptions) -> PolicyServer:
     return open_vllm(options)
 
 
+def _openai(options: PolicyServerOptions) -> PolicyServer:
+    from tether.policy_server.openai import OpenAIPolicyServer
+
+    if options.openai is None:
+        raise PolicyServerError("the openai policy server needs a base URL (--upstream URL)")
+    return OpenAIPolicyServer(options.openai, name=options.name)
+
+
 register("builtin", _builtin)
 register("vllm", _vllm)
+register("openai", _openai)
 
 __all__ = [
+    "BuiltinOptions",
+    "OpenAIOptions",
     "PolicyServer",
+    "PolicyServerError",
     "PolicyServerOptions",
     "PolicyWeights",
     "ServesSeveralPolicies",
+    "VLLMOptions",
     "WeightsKind",
     "kinds",
     "open_policy_server",

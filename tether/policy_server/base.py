@@ -12,6 +12,10 @@ from tether.gateway.upstreams import Upstream
 WeightsKind = Literal["lora", "full"]
 
 
+class PolicyServerError(RuntimeError):
+    """A policy server that cannot start, load weights or serve; the message names the fix."""
+
+
 @dataclass(frozen=True)
 class PolicyWeights:
     """One saved policy version: a PEFT LoRA adapter folder, or a whole model folder.
@@ -27,8 +31,9 @@ class PolicyWeights:
 
 class PolicyServer(Protocol):
     @property
-    def policy_version(self) -> int:
-        """The version it serves now (0: the base model)."""
+    def policy_version(self) -> int | None:
+        """The version it serves now (0: the base model; None: a model Tether does not manage), the one
+        its upstream records."""
         ...
 
     def upstream(self) -> Upstream:

@@ -128,18 +128,7 @@ def connect(settings: RaySettings, *, local_cpus: float | None = None) -> RayClu
     node_ip = ray.util.get_node_ip_address()
     advertise = settings.advertise_host or node_ip
     cluster = RayCluster(settings, context.get_node_id(), node_ip, advertise, started_here)
-    _connected.append(cluster)
     return cluster
-
-
-_connected: list[RayCluster] = []  # what `connect` joined in this process, the latest last
-
-
-def current() -> RayCluster:
-    """The cluster this process joined (what the `ray` learner of the registry uses)."""
-    if not _connected:
-        raise RayUnavailable("the ray learner needs a Ray cluster: run the command with --ray")
-    return _connected[-1]
 
 
 def _resolve(address: str | None) -> str | None:
@@ -178,7 +167,7 @@ def _init_args(address: str | None, local_cpus: float | None) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class Placement:
+class ActorPlacement:
     """Where one actor runs."""
 
     role: str  # "rollout worker 3", "replica 0", "learner rank 1"
@@ -200,11 +189,11 @@ def where_am_i(cpus: float, gpus: float) -> dict[str, Any]:
     }
 
 
-def placement_of(role: str, where: dict[str, Any]) -> Placement:
-    return Placement(role, where["node_id"], where["node_ip"], where["cpus"], where["gpus"])
+def placement_of(role: str, where: dict[str, Any]) -> ActorPlacement:
+    return ActorPlacement(role, where["node_id"], where["node_ip"], where["cpus"], where["gpus"])
 
 
-def placement_table(placements: Sequence[Placement]) -> list[str]:
+def placement_table(placements: Sequence[ActorPlacement]) -> list[str]:
     """Lines for the start-up report: one per actor, grouped by node."""
     lines = []
     for p in sorted(placements, key=lambda p: (p.node_ip, p.node_id, p.role)):

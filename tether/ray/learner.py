@@ -31,7 +31,7 @@ from typing import Any
 from tether.adapters.transitions import Transition
 from tether.algorithms.advantages import AdvantageBatch, Sample, batch_mass
 from tether.policy_server.base import PolicyWeights
-from tether.ray.cluster import LEARNER_SHARDINGS, Placement, RayCluster, placement_of, where_am_i
+from tether.ray.cluster import LEARNER_SHARDINGS, ActorPlacement, RayCluster, placement_of, where_am_i
 from tether.ray.transfer import Folder, FolderSender, pack, unpack
 from tether.trainer.config import TrainConfig
 from tether.trainer.learner import LearnerLost
@@ -91,6 +91,10 @@ def _make_rank_trainer(config: TrainConfig, world: int, sharding: str) -> Any:
 
         def rank_step(self, batch: AdvantageBatch, total_weight: float) -> StepMetrics:
             self._flag_sent, self._divergence = False, None
+            rank = dist.get_rank()
+            if rank > 0:  # rank 0's random state is the checkpoint's; the others' follow from the step, so
+                # a resumed run draws the same dropout masks on every rank as an uninterrupted one
+                torch.manual_seed(self.config.seed * 1_000_003 + self.step_count * 1_009 + rank)
             try:
                 if batch.samples:
                     return self.step(batch, total_weight)
@@ -325,7 +329,7 @@ class RayLearner:
         """Per rank: (parameter elements it holds, elements of the whole model)."""
         return list(self._get([r.held.remote() for r in self.ranks]))
 
-    def placements(self) -> list[Placement]:
+    def placements(self) -> list[ActorPlacement]:
         return [placement_of(f"learner rank {i}", w) for i, w in enumerate(self.wheres)]
 
     def _get(self, refs: list[Any]) -> list[Any]:
@@ -458,21 +462,3 @@ def _combine(results: list[dict[str, Any]], rollouts: int) -> CombinedMetrics:
     combined["peak_rss_mb"] = max(r["peak_rss_mb"] for r in results)
     combined["ranks"] = len(results)
     return CombinedMetrics(combined)
-
-
-def open_ray_learner(config: TrainConfig) -> RayLearner:
-    """The registry's `ray` learner: `--learner-ranks` ranks on the cluster `--ray` joined, its
-    placement printed."""
-    from rich.console import Console
-
-    from tether.ray.cluster import current, placement_table
-
-    cluster = current()
-    settings = cluster.settings
-    learner = RayLearner(config, settings.learner_ranks, cluster, settings.learner_sharding)
-    console = Console(stderr=True)
-    for line in placement_table(learner.placements()):
-        console.print(f"  {line}")
-    held, whole = learner.held()[0]
-    console.print(f"  learner: {settings.learner_sharding}, each rank holds {held:,} of {whole:,} parameters")
-    return learner

@@ -28,7 +28,7 @@ from tether.gateway.upstreams.base import CallKind, CallRecord
 from tether.gateway.upstreams.replicas import stable_index
 from tether.gateway.upstreams.sse import StreamAborted
 from tether.policy_server import PolicyServerOptions, PolicyWeights, open_policy_server
-from tether.ray.cluster import Placement, RayCluster, placement_of, where_am_i
+from tether.ray.cluster import ActorPlacement, RayCluster, placement_of, where_am_i
 from tether.ray.transfer import Folder, FolderSender
 
 log = logging.getLogger(__name__)
@@ -64,7 +64,7 @@ class ReplicaActor:
     def placement(self) -> dict[str, Any]:
         return self.where
 
-    def policy_version(self) -> int:
+    def policy_version(self) -> int | None:
         return self.server.policy_version
 
     async def call(self, kind: CallKind, body: dict[str, Any], owner: str | None) -> CallRecord | WireError:
@@ -206,7 +206,7 @@ class ReplicaSet:
     def upstream(self) -> ReplicaRouter:
         return self.router
 
-    def placements(self) -> list[Placement]:
+    def placements(self) -> list[ActorPlacement]:
         import ray
 
         wheres = ray.get([a.placement.remote() for a in self.actors])

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from tether.auth import TokenAuthority
-from tether.ray.cluster import Placement, RayCluster, node_label, placement_of, where_am_i
+from tether.ray.cluster import ActorPlacement, RayCluster, node_label, placement_of, where_am_i
 from tether.runner.agents import Agent
 from tether.runner.pool import AgentEndpoints, RunnerConfig, WorkerPool
 from tether.runner.rewards import Evaluator
@@ -125,7 +125,7 @@ class RayPool:
         cluster: RayCluster,
         spec: WorkerSpec,
         n_workers: int,
-        announce: Callable[[list[Placement], int], None] | None = None,
+        announce: Callable[[list[ActorPlacement], int], None] | None = None,
     ) -> None:
         self.cluster = cluster
         self.spec = spec
@@ -140,7 +140,7 @@ class RayPool:
         cls,
         cluster: RayCluster,
         authority: TokenAuthority,
-        announce: Callable[[list[Placement], int], None] | None = None,
+        announce: Callable[[list[ActorPlacement], int], None] | None = None,
     ) -> Callable[..., RayPool]:
         """A `PoolFactory` for `Runner(..., pools=...)`: called as `WorkerPool` is."""
 
@@ -182,7 +182,7 @@ class RayPool:
                 name="tether-ray-placement",
             ).start()
 
-    def placements(self, timeout_s: float = 60.0) -> list[Placement]:
+    def placements(self, timeout_s: float = 60.0) -> list[ActorPlacement]:
         """Where each worker runs (those not placed within the timeout, or gone, are left out)."""
         import ray
 

@@ -22,6 +22,7 @@ from tether.store.models import (
     Rollout,
     RolloutPage,
     RolloutQuery,
+    RolloutRecord,
     RolloutRequest,
     RolloutStatus,
     Span,
@@ -85,6 +86,10 @@ class HeartbeatRequest(BaseModel):
 class WaitRequest(BaseModel):
     rollout_ids: list[str]
     timeout: float | None = Field(default=None, ge=0, description="Seconds to wait; the server caps it.")
+
+
+class ReadRolloutsRequest(BaseModel):
+    rollout_ids: list[str]
 
 
 class RequeueStaleRequest(BaseModel):
@@ -173,6 +178,9 @@ ROUTES: tuple[Route, ...] = (
           Claim | None, body=ClaimRequest),
     Route("wait_for", "POST", "/rollouts/wait", "Long-poll until the rollouts finish or the timeout passes",
           list[Rollout], body=WaitRequest, operation="wait"),
+    Route("read_rollouts", "POST", "/rollouts/read",
+          "Read rollouts with their attempts, spans and rewards", list[RolloutRecord],
+          body=ReadRolloutsRequest),
     Route("requeue_stale", "POST", "/requeue-stale",
           "Requeue (or fail) running rollouts that stopped heartbeating", list[str],
           body=RequeueStaleRequest),

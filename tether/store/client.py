@@ -15,7 +15,7 @@ from pydantic_core import to_jsonable_python
 
 from tether.store.api import BY_METHOD, Route
 from tether.store.base import InvalidTransition, InvalidValue, NotFound, Store, StoreAuthError, StoreError
-from tether.store.models import Reward, Rollout, Span
+from tether.store.models import Reward, Rollout, RolloutRecord, Span
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -26,6 +26,8 @@ RETRY_DELAYS_S = (0.1, 0.3)
 # Each long-poll stays under the server's cap, so the server answers before the HTTP timeout fires.
 LONG_POLL_S = 50.0
 REMOTE_EPOCH_S = 1.0
+# Rollouts per `read_rollouts` request: an answer holds every span of its rollouts, token ids and all.
+READ_BATCH = 100
 
 
 def _error_fields(response: httpx.Response) -> tuple[str, str | None, str | None]:
@@ -191,6 +193,16 @@ class StoreClient:
     def add_rewards(self, rewards: Sequence[Reward]) -> None:
         if rewards:
             self._call(BY_METHOD["add_rewards"], {"rewards": rewards})
+
+    def read_rollouts(self, rollout_ids: Sequence[str]) -> list[RolloutRecord]:
+        ids, route = list(rollout_ids), BY_METHOD["read_rollouts"]
+        records: list[RolloutRecord] = []
+        for start in range(0, len(ids), READ_BATCH):
+            body = {"rollout_ids": ids[start : start + READ_BATCH]}
+            # A read: safe to send again when the connection failed.
+            response = self._send("POST", route.url({}), body=body, retry=True)
+            records += self._parse(route.adapter, response)
+        return records
 
     def rollouts_epoch(self) -> Hashable:
         # The server's changes are not visible from here: cached rollouts live at most this long.

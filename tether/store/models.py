@@ -141,6 +141,16 @@ class Reward(BaseModel):
     primary: bool = True
 
 
+class RolloutRecord(BaseModel):
+    """A rollout with everything recorded for it (`Store.read_rollouts`): its attempts by number, its spans
+    and rewards in store insertion order (as `list_attempts`, `query_spans` and `query_rewards` give)."""
+
+    rollout: Rollout
+    attempts: list[Attempt] = Field(default_factory=list)
+    spans: list[Span] = Field(default_factory=list)
+    rewards: list[Reward] = Field(default_factory=list)
+
+
 class Resource(BaseModel):
     """A named, versioned value: a prompt template, a model endpoint, ..."""
 

@@ -66,11 +66,4 @@ def _local(config: TrainConfig) -> Learner:
     return PolicyTrainer(config)
 
 
-def _ray(config: TrainConfig) -> Learner:
-    from tether.ray.learner import open_ray_learner  # Ray loads only when this learner is used
-
-    return open_ray_learner(config)
-
-
 register("local", _local)
-register("ray", _ray)

@@ -31,7 +31,7 @@ import httpx
 import orjson
 from rich.console import Console
 
-from tether.adapters import Transition, TransitionReport, build_transitions
+from tether.adapters import Transition, TransitionReport, transitions_of
 from tether.adapters.demonstrations import NoDemonstrations, build_demonstrations, demonstration_rollouts
 from tether.algorithms import AdvantageBatch, assign_advantages, imitation_batch
 from tether.algorithms.advantages import UnreproducibleSampling, advantage_method
@@ -41,6 +41,7 @@ from tether.contracts import ALGORITHMS, DEFAULT_ROUTE, DISTILLATION, POLICY_UPS
 from tether.engines.chat_template import ChatTemplate
 from tether.gateway import HTTPUpstream, HTTPUpstreamConfig
 from tether.gateway.upstreams import Upstream
+from tether.placement import LocalPlacement, Placement
 from tether.policy_server import (
     PolicyServer,
     PolicyServerOptions,
@@ -67,7 +68,7 @@ from tether.trainer.learner import Learner, TrainingDiverged, open_learner
 from tether.trainer.metrics import MetricsLog
 from tether.trainer.policies import PolicySpec, check_policies, policy_of, split_batch
 from tether.trainer.ranking import rank_groups
-from tether.trainer.stages import agent_cpu_seconds, stage_stats
+from tether.trainer.stages import agent_cpu_seconds, stage_stats_of
 from tether.trainer.staleness import fresh_transitions
 
 console = Console(stderr=True)
@@ -244,11 +245,13 @@ class Trainer:
         learners: dict[str, Learner] | None = None,
         run: RunRecord | None = None,
         pools: PoolFactory | None = None,
-        host: str = "127.0.0.1",
+        placement: Placement | None = None,
     ) -> None:
         self.config = config
-        self.host = host  # where the gateway listens: an advertised host when workers run on other nodes
-        self.pools = pools  # the runner's pool factory (--runner); None: the local pool
+        # Where agents, the policy server and the learner run (tether.placement); what it leaves to the
+        # trainer is opened here. `pools`: the runner's own pool factory (--runner; None: worker processes).
+        self.placement: Placement = placement or LocalPlacement()
+        self.pools = self.placement.pools(auth, pools)
         self.run_dir = run_dir
         self.store = store
         self.auth = auth
@@ -278,7 +281,8 @@ class Trainer:
             check_teacher(config.teacher, _student_tokenizer(config.model))
         opened: list[PolicyServer] = []
         with console.status(f"loading {config.model} for serving and for training ..."):
-            server = self.policy_server or self._open_server(POLICY_UPSTREAM, opened)
+            server = self.policy_server or self._placed_server(opened)
+            server = server or self._open_server(POLICY_UPSTREAM, opened)
             learners = self._learners()
         try:
             upstreams, routes = self._fixed_upstreams(opened)
@@ -289,7 +293,7 @@ class Trainer:
                 [*policy_upstreams, *upstreams],
                 routes={**routes, **policy_routes},
                 hold_limit_s=600,
-                host=self.host,
+                host=self.placement.host,
             ) as stack:
                 runner = Runner(
                     self.store,
@@ -317,23 +321,35 @@ class Trainer:
             self.log.close()
 
     def _open_server(self, name: str, opened: list[PolicyServer], kind: str | None = None) -> PolicyServer:
+        options = self.config.server_options or PolicyServerOptions(model=self.config.model)
         options = replace(
-            self.config.server_options or PolicyServerOptions(model=self.config.model),
+            options,
             model=self.config.model,
             name=name,
-            max_batch_size=self.config.n_workers,
-            threads=self.config.engine_threads,
+            builtin=replace(
+                options.builtin, max_batch_size=self.config.n_workers, threads=self.config.engine_threads
+            ),
             policies=max(1, len(self.config.policies)),
         )
         server = open_policy_server(kind or self.config.policy_server, options)
         opened.append(server)
         return server
 
+    def _placed_server(self, opened: list[PolicyServer]) -> PolicyServer | None:
+        """The placement's policy server (replicas), closed with the run; None: the trainer opens one."""
+        options = self.config.server_options or PolicyServerOptions(model=self.config.model)
+        options = replace(options, model=self.config.model)
+        server = self.placement.policy_server(self.config.policy_server, options)
+        if server is not None:
+            opened.append(server)
+        return server
+
     def _learners(self) -> dict[str, Learner]:
         """One learner per trained policy, each with its own adapter and optimizer."""
         config = self.config
         if not config.policies:
-            return {POLICY_UPSTREAM: self.learner or open_learner(config.learner, config.policy)}
+            placed = self.learner or self.placement.learner(config.policy)
+            return {POLICY_UPSTREAM: placed or open_learner(config.learner, config.policy)}
         if self.learners is not None:
             if set(self.learners) != set(config.policy_names):
                 raise ValueError(
@@ -478,10 +494,11 @@ class _Session:
         ranked = None
         if self.group_scorer is not None:
             ranked = await rank_groups(self.trainer.store, self.group_scorer, requests, outcomes)
+        # Read after the ranking, which records rewards: this one read serves everything below.
+        records = await asyncio.to_thread(self.trainer.store.read_rollouts, [o.rollout_id for o in outcomes])
         report = await asyncio.to_thread(
-            build_transitions,
-            self.trainer.store,
-            [o.rollout_id for o in outcomes],
+            transitions_of,
+            records,
             merge=self.config.merge,
             agents=self.config.agents,
             exclude_agents=tuple(self.config.fixed_agents),
@@ -506,7 +523,7 @@ class _Session:
             "rollout_seconds": seconds,
             "rollouts_per_s": len(outcomes) / max(seconds, 1e-9),
             **_per_agent(report),
-            **await asyncio.to_thread(stage_stats, self.trainer.store, [o.rollout_id for o in outcomes]),
+            **await asyncio.to_thread(stage_stats_of, records),
         }
         stats["idle_seconds"] = max(seconds - stats["generation_seconds"], 0.0)
         if ranked is not None:
@@ -875,7 +892,7 @@ class _Session:
     def _version_now(self, transition: Transition) -> int:
         """The version the transition's policy serves now (what its staleness is measured against)."""
         if not self.config.policies:
-            return self.server.policy_version
+            return self.server.policy_version or 0  # a trained server always knows its version
         name = policy_of(transition, self.config.policy_names)
         return self.versions.get(name, 0) if name is not None else 0
 

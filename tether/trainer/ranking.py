@@ -22,7 +22,7 @@ from tether.rewards.rank import GroupScorer
 from tether.runner.driver import RolloutOutcome
 from tether.runner.rewards import RewardError, attributed
 from tether.store import RolloutRequest, RolloutStatus, Store
-from tether.store.models import Reward, Span
+from tether.store.models import Reward, RolloutRecord, Span
 
 console = Console(stderr=True, highlight=False)
 
@@ -42,13 +42,16 @@ async def rank_groups(
     requests: Sequence[RolloutRequest],
     outcomes: Sequence[RolloutOutcome],
 ) -> Ranked:
-    """Rank every group of `requests` (their `outcomes`, in order) concurrently."""
+    """Rank every group of `requests` (their `outcomes`, in order) concurrently. The succeeded rollouts,
+    the only ones compared, are read in one `Store.read_rollouts`."""
     groups: dict[str, list[tuple[RolloutRequest, RolloutOutcome]]] = {}
     for request, outcome in zip(requests, outcomes, strict=True):
         groups.setdefault(request.group_id or outcome.rollout_id, []).append((request, outcome))
+    succeeded = [o.rollout_id for o in outcomes if o.status == RolloutStatus.succeeded]
+    records = {r.rollout.id: r for r in await asyncio.to_thread(store.read_rollouts, succeeded)}
     ranked = Ranked()
     await asyncio.gather(
-        *(_rank_one(store, scorer, group, members, ranked) for group, members in groups.items())
+        *(_rank_one(store, scorer, group, members, records, ranked) for group, members in groups.items())
     )
     return ranked
 
@@ -58,14 +61,15 @@ async def _rank_one(
     scorer: GroupScorer,
     group: str,
     members: list[tuple[RolloutRequest, RolloutOutcome]],
+    records: dict[str, RolloutRecord],
     ranked: Ranked,
 ) -> None:
     done = [(r, o) for r, o in members if o.status == RolloutStatus.succeeded]
     if len(done) < 2:
         ranked.left_out.update(o.rollout_id for _, o in members)
         return
-    read = await asyncio.to_thread(lambda: [_output_and_trace(store, o) for _, o in done])
-    outputs, traces = [output for output, _ in read], [trace for _, trace in read]
+    outputs = [records[o.rollout_id].rollout.output for _, o in done]
+    traces = [_attempt_spans(records[o.rollout_id], o.attempts) for _, o in done]
     task = done[0][0].task.input
     try:
         scores, spans = await asyncio.to_thread(scorer.score_group, task, outputs, traces, group)
@@ -87,9 +91,8 @@ async def _rank_one(
     ranked.left_out.update(o.rollout_id for _, o in members if o.rollout_id not in ranked.rewards)
 
 
-def _output_and_trace(store: Store, outcome: RolloutOutcome) -> tuple[str | None, list[Span]]:
-    output = store.get_rollout(outcome.rollout_id).output
-    return output, store.query_spans(rollout_id=outcome.rollout_id, attempt=outcome.attempts, limit=1_000_000)
+def _attempt_spans(record: RolloutRecord, attempt: int) -> list[Span]:
+    return [span for span in record.spans if span.attempt == attempt]
 
 
 def _for_each(spans: Sequence[Span], done: Sequence[tuple[RolloutRequest, RolloutOutcome]]) -> list[Span]:

@@ -17,30 +17,34 @@ from __future__ import annotations
 import resource
 import statistics
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from tether.contracts import is_call_span
 from tether.runner.pool import worker_node
 from tether.runner.warm import forked_cpu_seconds
 from tether.store.base import Store
-
-MAX_SPANS = 1_000_000
+from tether.store.models import RolloutRecord
 
 
 def stage_stats(store: Store, rollout_ids: Sequence[str]) -> dict[str, Any]:
+    """`stage_stats_of` the rollouts, read in one `Store.read_rollouts`."""
+    return stage_stats_of(store.read_rollouts(rollout_ids))
+
+
+def stage_stats_of(records: Iterable[RolloutRecord]) -> dict[str, Any]:
+    """The step's stage times and nodes (see the module docstring) from its rollouts' records."""
     nodes: Counter[str] = Counter()
     intervals: list[tuple[float, float]] = []
     startups: list[float] = []
     outside: list[float] = []
-    for rollout_id in rollout_ids:
-        attempts = store.list_attempts(rollout_id)
-        last = max(attempts, key=lambda a: a.number) if attempts else None
+    for record in records:
+        last = max(record.attempts, key=lambda a: a.number) if record.attempts else None
         if last is not None:
             nodes[worker_node(last.worker_id)] += 1
         calls = [
             (span.start_time, span.end_time, span.attempt)
-            for span in store.query_spans(rollout_id=rollout_id, limit=MAX_SPANS)
+            for span in record.spans
             if is_call_span(span.name) and span.end_time is not None
         ]
         intervals += [(start, end) for start, end, _ in calls]

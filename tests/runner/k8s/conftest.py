@@ -17,7 +17,7 @@ from tests.helpers import serve_app
 from tests.runner.k8s.apiserver import Cluster, write_kubeconfig
 from tether.auth import TokenAuthority
 from tether.contracts import POLICY_UPSTREAM
-from tether.gateway import EngineUpstream
+from tether.policy_server.builtin import EngineUpstream
 from tether.runner import CommandAgent, RolloutOutcome, Runner, RunnerConfig
 from tether.runner.k8s.options import K8sOptions
 from tether.runner.k8s.pool import kubernetes_pools

@@ -1,4 +1,5 @@
-"""Upstreams: where a model call goes. The built-in engine (in process) or any OpenAI-compatible server.
+"""Upstreams: where a model call goes: any OpenAI-compatible server, or a policy server's own (the built-in
+engine's is `tether.policy_server.builtin.EngineUpstream`).
 
 Every upstream returns, besides the OpenAI response for the agent, a `CallRecord` with the exact token
 ids and logprobs it produced. When an upstream cannot give token ids (a hosted API), they are recorded
@@ -6,7 +7,6 @@ as absent: the gateway never re-tokenizes text to invent them.
 """
 
 from tether.gateway.upstreams.base import CallKind, CallRecord, ChoiceRecord, Upstream
-from tether.gateway.upstreams.engine import EngineUpstream, sampling_params
 from tether.gateway.upstreams.http import HTTPUpstream, HTTPUpstreamConfig, Target
 from tether.gateway.upstreams.replicas import ReplicaUpstream
 from tether.gateway.upstreams.sse import StreamAborted, record_of_events, sse
@@ -15,7 +15,6 @@ __all__ = [
     "CallKind",
     "CallRecord",
     "ChoiceRecord",
-    "EngineUpstream",
     "HTTPUpstream",
     "HTTPUpstreamConfig",
     "ReplicaUpstream",
@@ -23,6 +22,5 @@ __all__ = [
     "Target",
     "Upstream",
     "record_of_events",
-    "sampling_params",
     "sse",
 ]

@@ -35,27 +35,28 @@ PROGRESS_EVERY_S = 10.0
 
 
 def open_vllm(options: PolicyServerOptions) -> VLLMPolicyServer:
-    if options.urls:
+    vllm = options.vllm
+    if vllm.urls:
         return connect_external(
-            options.urls, name=options.name, need_pause=options.need_pause, policies=options.policies
+            vllm.urls, name=options.name, need_pause=options.need_pause, policies=options.policies
         )
     from tether.engines.catalog import resolve_model
 
-    install = find_vllm(options.engine_python)
+    install = find_vllm(vllm.python)
     model_dir = resolve_model(options.model)
     log_dir = options.log_dir or Path(tempfile.gettempdir())
     tools_template = not model_has_tool_template(model_dir)
     specs = [
         LaunchSpec(
             model_dir,
-            port=options.port + index if options.port else 0,
+            port=vllm.port + index if vllm.port else 0,
             lora_rank=options.lora_rank,
             max_loras=ADAPTERS_KEPT * max(1, options.policies),
-            extra_args=tuple(options.engine_args),
+            extra_args=vllm.args,
             log_path=log_dir / f"vllm-{options.name}-{index}.log",
             tools_template=tools_template,
         )
-        for index in range(options.replicas)
+        for index in range(vllm.replicas)
     ]
     return start_managed(install, specs, name=options.name, on_wait=progress_line())
 

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import httpx
 
+from tether.policy_server.base import PolicyServerError
+
 PYTHON_ENV = "TETHER_VLLM_PYTHON"
 DEFAULT_VENV = ".venv-vllm"
 TESTED_VERSION = "0.32.0"
@@ -35,7 +37,7 @@ CHAT_TEMPLATE = Path(__file__).parents[2] / "engines" / "chat_templates" / "chat
 READY_TIMEOUT_S = 900.0
 
 
-class VLLMSetupError(RuntimeError):
+class VLLMSetupError(PolicyServerError):
     """vLLM cannot be found, is too old, or its server would not start; the message names the fix."""
 
 

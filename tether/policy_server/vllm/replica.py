@@ -10,12 +10,13 @@ from typing import Any
 
 import httpx
 
+from tether.policy_server.base import PolicyServerError
 from tether.policy_server.vllm.launch import VLLMProcess
 
 PROBE_ADAPTER = "tether-capability-probe"
 
 
-class VLLMError(RuntimeError):
+class VLLMError(PolicyServerError):
     """A vLLM server refused or failed an admin request; the message quotes vLLM."""
 
 

@@ -32,7 +32,7 @@ from pathlib import Path
 import httpx
 
 from tether.gateway.upstreams import HTTPUpstream, HTTPUpstreamConfig, ReplicaUpstream, Upstream
-from tether.policy_server.base import PolicyWeights
+from tether.policy_server.base import PolicyServerError, PolicyWeights
 from tether.policy_server.vllm.launch import LaunchSpec, VLLMInstall, VLLMProcess, VLLMSetupError
 from tether.policy_server.vllm.replica import Replica, VLLMError, check_capabilities
 
@@ -127,7 +127,9 @@ class VLLMPolicyServer:
 
     async def load_policy(self, weights: PolicyWeights, policy: str) -> int:
         if weights.kind != "lora":
-            raise ValueError(f"policy {policy}: several policies share the base model as LoRA adapters only")
+            raise PolicyServerError(
+                f"policy {policy}: several policies share the base model as LoRA adapters only"
+            )
         self.policy_upstream(policy)
         return await asyncio.to_thread(self._load_policy, weights, policy)
 

@@ -23,6 +23,7 @@ from tether.store.models import (
     Rollout,
     RolloutPage,
     RolloutQuery,
+    RolloutRecord,
     RolloutRequest,
     RolloutStatus,
     Span,
@@ -53,6 +54,14 @@ CLOSE_ATTEMPT = (
 REQUEUE = "status = 'queued', error = ?, worker_losses = ?"
 FINISH = "status = ?, ended_at = ?, output = COALESCE(?, output), error = ?, worker_losses = ?"
 FROM_REQUEST = {"mode", "group_id", "max_attempts", "metadata", "run", "key", "sample"}
+READ_CHUNK = 500  # rollouts per statement of `read_rollouts`: bounds each statement and its answer
+# What `read_rollouts` reads beside the rollout: (table and record field, columns, order within a rollout,
+# row -> model).
+RECORD_PARTS = (
+    ("attempts", ATTEMPT_COLUMNS, "number", rows.attempt),
+    ("spans", SPAN_COLUMNS, "seq", rows.span),
+    ("rewards", REWARD_COLUMNS, "seq", rows.reward),
+)
 STALE = (
     "SELECT a.rollout_id, a.number FROM attempts a JOIN rollouts r ON r.id = a.rollout_id "
     "WHERE a.status = 'running' AND r.status = 'running' AND a.heartbeat_at < ?"
@@ -348,6 +357,26 @@ class SQLStore:
             f"SELECT {REWARD_COLUMNS} FROM rewards WHERE rollout_id = ? ORDER BY seq", (rollout_id,)
         )
         return [rows.reward(row) for row in found]
+
+    def read_rollouts(self, rollout_ids: Sequence[str]) -> list[RolloutRecord]:
+        wanted = list(dict.fromkeys(rollout_ids))
+        records: dict[str, RolloutRecord] = {}
+        for start in range(0, len(wanted), READ_CHUNK):
+            records.update(self._read_records(wanted[start : start + READ_CHUNK]))
+        return [records[rollout_id] for rollout_id in rollout_ids]
+
+    def _read_records(self, rollout_ids: Sequence[str]) -> dict[str, RolloutRecord]:
+        """These rollouts' records: one statement per table."""
+        rollouts = self._rollouts(rollout_ids)
+        records = {rollout_id: RolloutRecord(rollout=rollout) for rollout_id, rollout in rollouts.items()}
+        condition, param = self.dialect.any_of("rollout_id", rollout_ids)
+        for table, columns, order, model in RECORD_PARTS:
+            found = self._read(
+                f"SELECT {columns} FROM {table} WHERE {condition} ORDER BY rollout_id, {order}", (param,)
+            )
+            for row in found:
+                getattr(records[row["rollout_id"]], table).append(model(row))
+        return records
 
     # -- resources ------------------------------------------------------------------------------------
 

@@ -8,19 +8,47 @@ refused with a clear error (serve full fine-tuning with an external server).
 
 from __future__ import annotations
 
-from tether.gateway.upstreams import EngineUpstream, Upstream
-from tether.policy_server.base import PolicyWeights
+from pathlib import Path
+
+from tether.gateway.upstreams import Upstream
+from tether.policy_server.base import PolicyServerError, PolicyWeights
+from tether.policy_server.builtin.options import BuiltinOptions
+from tether.policy_server.builtin.upstream import EngineUpstream
 
 
 class BuiltinPolicyServer:
-    def __init__(
-        self, model: str, *, name: str = "policy", max_batch_size: int = 8, threads: int | None = None
-    ) -> None:
-        from tether.engines.transformers_engine import TransformersEngine
-
-        self.engine = TransformersEngine(model, max_batch_size=max_batch_size, threads=threads)
+    def __init__(self, model: str, options: BuiltinOptions | None = None, *, name: str = "policy") -> None:
+        options = options or BuiltinOptions()
+        try:
+            from tether.engines.transformers_engine import TransformersEngine
+        except ImportError as exc:
+            raise PolicyServerError(
+                f"the built-in engine needs torch and transformers ({exc}). "
+                "Install them with: pip install torch==2.13.0 && pip install -e '.[engine]'"
+            ) from exc
+        try:
+            self.engine = TransformersEngine(
+                model, max_batch_size=options.max_batch_size, threads=options.threads
+            )
+        except (ValueError, FileNotFoundError, RuntimeError) as exc:
+            raise PolicyServerError(f"cannot load model {model!r}: {exc}") from exc
+        if options.adapter is not None:
+            self._serve_adapter(options.adapter)
         self._upstream = EngineUpstream(self.engine, name=name)
         self._policies: dict[str, EngineUpstream] = {}
+
+    def _serve_adapter(self, adapter: Path) -> None:
+        """`tether serve --adapter DIR`: the model with this LoRA adapter, from the start."""
+        if not (adapter / "adapter_config.json").is_file():
+            self.engine.close()
+            raise PolicyServerError(f"--adapter {adapter}: no LoRA adapter there (no adapter_config.json)")
+        try:
+            self.engine.load_adapter(str(adapter))
+        except (ValueError, RuntimeError, OSError) as exc:
+            self.engine.close()
+            raise PolicyServerError(
+                f"--adapter {adapter}: cannot load it onto {self.engine.name}: {exc}"
+            ) from None
 
     @property
     def policy_version(self) -> int:
@@ -60,7 +88,7 @@ class BuiltinPolicyServer:
 
 def _check_lora(weights: PolicyWeights) -> None:
     if weights.kind != "lora":
-        raise ValueError(
+        raise PolicyServerError(
             "the built-in engine hot-swaps LoRA adapters only; train with LoRA, or serve full "
             "fine-tuning from an external policy server"
         )
