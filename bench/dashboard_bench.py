@@ -32,13 +32,13 @@ from typing import Any
 import httpx
 
 from tests.helpers import serve_app
-from tether.auth import TokenAuthority
 from tether.compose import create_app
 from tether.contracts import CallAttr, Origin
 from tether.dashboard import DashboardConfig
 from tether.gateway import Gateway
 from tether.project import Project
 from tether.store import SQLiteStore
+from tether.store.auth import TokenAuthority
 from tether.store.models import Reward, RolloutRequest, RolloutStatus, Span, Task
 from tether.trainer.metrics import MetricsLog
 

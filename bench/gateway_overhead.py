@@ -99,10 +99,10 @@ def floor_proxy_main(port: int, upstream: str) -> None:
 def gateway_main(port: int, upstream: str, project: str, store_url: str | None = None) -> None:
     import uvicorn
 
-    from tether.auth import TokenAuthority
     from tether.compose import create_app
     from tether.gateway import Gateway, HTTPUpstream, HTTPUpstreamConfig
     from tether.store import open_store
+    from tether.store.auth import TokenAuthority
 
     store = open_store(store_url or Path(project) / "store.db")
     auth = TokenAuthority.load_or_create(Path(project) / "secret")

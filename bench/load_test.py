@@ -126,7 +126,7 @@ def _count(store_url: str, table: str) -> int:
 
 def run(agents: int, seconds: float, upstream_url: str, store_url: str | None = None) -> LoadResult:
     """`store_url`: the gateway's store (default: a SQLite file in a new temporary project)."""
-    from tether.auth import TokenAuthority
+    from tether.store.auth import TokenAuthority
 
     project = Path(tempfile.mkdtemp(prefix="tether-load-"))
     store_url = store_url or str(project / "store.db")

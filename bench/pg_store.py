@@ -22,8 +22,8 @@ from pathlib import Path
 
 from bench.report import Row, render_rows
 from bench.store_bench import StoreFigures, measure
-from tether.auth import TokenAuthority
 from tether.store import SQLiteStore, StoreClient, open_store
+from tether.store.auth import TokenAuthority
 from tether.store.base import Store
 
 SECTION = "PostgreSQL store vs SQLite (ours vs ours)"

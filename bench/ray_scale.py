@@ -29,12 +29,12 @@ from typing import Any
 from bench.trainer_bench import RESPONSE, batch_ids, model_folder
 from tether.adapters.transitions import Transition
 from tether.algorithms import assign_advantages
-from tether.auth import TokenAuthority
 from tether.ray.cluster import RayCluster, RaySettings, connect
 from tether.ray.workers import RayPool
 from tether.runner import CommandAgent, Runner, RunnerConfig
 from tether.stack import local_stack
 from tether.store import RolloutRequest, SQLiteStore, Task
+from tether.store.auth import TokenAuthority
 
 SLEEP_AGENT = Path(__file__).resolve().parent.parent / "tests" / "ray" / "agents" / "sleep_agent.py"
 

@@ -19,9 +19,9 @@ import threading
 import time
 from pathlib import Path
 
-from tether.auth import TokenAuthority
 from tether.runner import AgentEndpoints, CommandAgent, Runner, RunnerConfig
 from tether.store import RolloutRequest, RolloutStatus, SQLiteStore, StoreClient, Task
+from tether.store.auth import TokenAuthority
 
 
 async def floor_rate(rollouts: int, workers: int) -> float:

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.runner_overhead import wake_latency
-from tether.auth import TokenAuthority
 from tether.store import RolloutRequest, SQLiteStore, StoreClient, Task
+from tether.store.auth import TokenAuthority
 from tether.store.models import Reward, Span
 
 

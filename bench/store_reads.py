@@ -34,12 +34,12 @@ from pathlib import Path
 from typing import Any
 
 from tether.adapters.build import TransitionReport, transitions_of
-from tether.auth import TokenAuthority
 from tether.contracts import Meta
 from tether.gateway.context import CallContext
 from tether.gateway.spans import call_span
 from tether.gateway.upstreams.base import CallRecord, ChoiceRecord
 from tether.store import Claim, RolloutRequest, RolloutStatus, SQLiteStore, StoreClient, Task
+from tether.store.auth import TokenAuthority
 from tether.store.base import Store
 from tether.store.models import Reward, RolloutRecord, Span
 from tether.trainer.stages import stage_stats_of

@@ -26,11 +26,11 @@ from pathlib import Path
 import aiohttp
 import orjson
 
-from tether.auth import TokenAuthority
 from tether.gateway.upstreams import Upstream
 from tether.policy_server import BuiltinOptions, PolicyServerOptions, open_policy_server
 from tether.stack import local_stack
 from tether.store import SQLiteStore
+from tether.store.auth import TokenAuthority
 
 ROOT = Path(__file__).resolve().parent.parent
 QUESTIONS: list[str] = []  # the demo's training questions, made in main()

@@ -13,7 +13,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from tether.trainer.intervals import bootstrap_interval, paired_difference_interval
+from tether.rewards.intervals import bootstrap_interval, paired_difference_interval
 
 
 def scored(record: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -8,7 +8,6 @@ from pathlib import Path
 
 from tests.gateway.fake_upstream import Behaviour
 from tests.helpers import serve_app
-from tether.auth import TokenAuthority
 from tether.compose import create_app
 from tether.gateway import (
     Gateway,
@@ -18,6 +17,7 @@ from tether.gateway import (
 )
 from tether.policy_server.builtin import EngineUpstream
 from tether.store import SQLiteStore
+from tether.store.auth import TokenAuthority
 
 
 @dataclass

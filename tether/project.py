@@ -6,8 +6,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from tether.auth import TokenAuthority
 from tether.filemodes import make_private, private_dir
+from tether.store.auth import TokenAuthority
 
 
 @dataclass(frozen=True)

@@ -11,12 +11,12 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from tether.auth import TokenAuthority
 from tether.compose import create_app
 from tether.gateway import Gateway, GatewayConfig
 from tether.gateway.server import BackgroundServer
 from tether.gateway.upstreams import Upstream
 from tether.runner.pool import AgentEndpoints
+from tether.store.auth import TokenAuthority
 from tether.store.base import Store
 from tether.store.recovery import DEFAULT_HEARTBEAT_TIMEOUT_S, StaleSweeper
 

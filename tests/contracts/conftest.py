@@ -18,7 +18,6 @@ import pytest
 
 from tether.adapters.transitions import Transition
 from tether.algorithms.advantages import AdvantageBatch, assign_advantages
-from tether.auth import TokenAuthority
 from tether.engines.catalog import SMOLLM2, TINY_RANDOM
 from tether.gateway.upstreams import Upstream
 from tether.policy_server import (
@@ -32,6 +31,7 @@ from tether.policy_server import (
 from tether.runner.pools import pool_factory
 from tether.runner.runner import PoolFactory
 from tether.store import SQLiteStore
+from tether.store.auth import TokenAuthority
 from tether.trainer.config import TrainConfig
 from tether.trainer.learner import Learner, open_learner
 

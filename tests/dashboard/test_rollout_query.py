@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import serve_app
-from tether.auth import TokenAuthority
 from tether.contracts import CallAttr, Origin
 from tether.store import SQLiteStore
+from tether.store.auth import TokenAuthority
 from tether.store.client import StoreClient
 from tether.store.models import Reward, RolloutQuery, RolloutRequest, RolloutStatus, Span, Task
 from tether.store.reward_rule import rollout_reward

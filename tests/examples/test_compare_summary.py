@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.examples.support import ROOT
-from tether.trainer.intervals import paired_difference_interval
+from tether.rewards.intervals import paired_difference_interval
 
 SCRIPT = ROOT / "examples" / "calc_agent" / "compare_summary.py"
 

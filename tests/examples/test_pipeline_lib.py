@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.examples.support import ROOT
-from tether.trainer.intervals import bootstrap_interval, paired_difference_interval
+from tether.rewards.intervals import bootstrap_interval, paired_difference_interval
 
 SFT_STEPS = 2
 # Per-task held-out rewards a fake `tether train` records for each seed: base, after SFT, after RL.

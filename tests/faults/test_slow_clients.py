@@ -16,11 +16,11 @@ import pytest
 from tests.gateway.fake_upstream import Behaviour, create_fake_upstream
 from tests.helpers import serve_app
 from tests.serve_process import serve_process
-from tether.auth import TokenAuthority
 from tether.compose import create_app
 from tether.gateway import Gateway
 from tether.gateway.server import MAX_HEADER_BYTES, BackgroundServer, ClientTimeouts
 from tether.store import SQLiteStore
+from tether.store.auth import TokenAuthority
 
 TIMEOUT_S = 0.5
 # How long the test waits for the server to close: far more than its timeout, so never a race.

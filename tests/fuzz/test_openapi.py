@@ -17,10 +17,10 @@ from schemathesis.checks import not_a_server_error
 
 from tests.gateway.fake_upstream import Behaviour, create_fake_upstream
 from tests.helpers import serve_app
-from tether.auth import TokenAuthority
 from tether.compose import create_app
 from tether.gateway import Gateway, GatewayConfig, HTTPUpstream, HTTPUpstreamConfig
 from tether.store import SQLiteStore
+from tether.store.auth import TokenAuthority
 from tether.store.server import create_store_app
 
 AUTH = TokenAuthority.generate()

@@ -15,10 +15,10 @@ from starlette.routing import Mount
 
 from tests.gateway.fake_upstream import WORDS, Behaviour
 from tests.helpers import serve_app
-from tether.auth import TokenAuthority
 from tether.compose import create_app
 from tether.gateway import Gateway, HTTPUpstream, HTTPUpstreamConfig
 from tether.store import SQLiteStore
+from tether.store.auth import TokenAuthority
 
 PREFIX = "/tether"
 

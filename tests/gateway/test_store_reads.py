@@ -12,10 +12,10 @@ import httpx
 import pytest
 
 from tests.helpers import serve_app
-from tether.auth import TokenAuthority
 from tether.compose import create_app
 from tether.gateway import Gateway, HTTPUpstream, HTTPUpstreamConfig
 from tether.store import Claim, Rollout, RolloutStatus, SQLiteStore
+from tether.store.auth import TokenAuthority
 
 CHAT = {"model": "policy", "messages": [{"role": "user", "content": "hi"}]}
 

@@ -12,11 +12,11 @@ import pytest
 
 from tests.helpers import serve_app
 from tests.rigs import GatewayRig
-from tether.auth import TokenAuthority
 from tether.compose import create_app
 from tether.gateway import Gateway, GatewayConfig
 from tether.policy_server.vllm import VLLMPolicyServer
 from tether.store import SQLiteStore
+from tether.store.auth import TokenAuthority
 
 
 def rig_over(tmp_path: Path, *upstreams: Any, routes: dict[str, str] | None = None) -> Iterator[GatewayRig]:

@@ -10,10 +10,10 @@ import textwrap
 from pathlib import Path
 
 from tests.helpers import serve_app
-from tether.auth import TokenAuthority
 from tether.runner import CallableAgent, Runner, RunnerConfig
 from tether.runner.pool import AgentEndpoints
 from tether.store import RolloutRequest, RolloutStatus, SQLiteStore, Task
+from tether.store.auth import TokenAuthority
 from tether.store.server import create_store_app
 
 # Another process's worker: claims the run's rollout, records a span and two rewards (an agent's,

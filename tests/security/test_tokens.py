@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-import tether.auth
-from tether.auth import AttemptGrant, TokenAuthority
+import tether.store.auth
 from tether.project import Project
+from tether.store.auth import AttemptGrant, TokenAuthority
 
 
 def _function(name: str) -> ast.FunctionDef:
-    tree = ast.parse(inspect.getsource(tether.auth))
+    tree = ast.parse(inspect.getsource(tether.store.auth))
     return next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == name)
 
 
@@ -37,7 +37,7 @@ def test_token_checks_compare_in_constant_time(name: str) -> None:
 
 def test_no_server_module_compares_tokens_with_equality() -> None:
     offenders = []
-    for path in Path(tether.auth.__file__).parent.rglob("*.py"):
+    for path in Path(tether.store.auth.__file__).parent.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Compare) and any(isinstance(op, ast.Eq | ast.NotEq) for op in node.ops):
                 text = ast.unparse(node)

@@ -9,7 +9,7 @@ import pytest
 
 from tests.helpers import serve_app
 from tests.pg import Cluster, cluster
-from tether.auth import TokenAuthority
+from tether.store.auth import TokenAuthority
 from tether.store.base import Store
 from tether.store.client import StoreClient
 from tether.store.server import create_store_app

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import serve_app
-from tether.auth import TokenAuthority
 from tether.store import RolloutRequest, StoreError, StoreOptions, StoreURLError, Task, open_store
+from tether.store.auth import TokenAuthority
 from tether.store.client import StoreClient
 from tether.store.server import create_store_app
 from tether.store.sqlite import SQLiteStore

@@ -14,7 +14,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from tests.helpers import serve_app
-from tether.auth import TokenAuthority
+from tether.store.auth import TokenAuthority
 from tether.store.base import InvalidTransition, NotFound, StoreAuthError, StoreError
 from tether.store.client import StoreClient
 from tether.store.models import Reward, Rollout, RolloutRequest, RolloutStatus, Span, Task

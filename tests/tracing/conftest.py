@@ -12,10 +12,10 @@ import httpx
 import pytest
 
 from tests.helpers import serve_app
-from tether.auth import TokenAuthority
 from tether.compose import create_app
 from tether.gateway import Gateway
 from tether.store import SQLiteStore
+from tether.store.auth import TokenAuthority
 from tether.tracing import configure, create_otlp_router
 
 AGENT_TIMEOUT_S = 30

@@ -17,11 +17,11 @@ import pytest
 from tether.adapters import build_transitions
 from tether.algorithms import Sample
 from tether.algorithms.advantages import UnreproducibleSampling, assign_advantages
-from tether.auth import TokenAuthority
 from tether.contracts import CallAttr
 from tether.runner import CallableAgent
 from tether.sampling import RAW, Sampler
 from tether.store import SQLiteStore, Task
+from tether.store.auth import TokenAuthority
 from tether.trainer.loop import Trainer, TrainerConfig, signal_groups
 from tether.trainer.policy import PolicyTrainer, TrainConfig
 

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from tests.helpers import serve_app
-from tether.auth import TokenAuthority
 from tether.contracts import Meta
 from tether.store import Reward, RolloutRequest, RolloutStatus, SQLiteStore, Store, StoreClient, Task
+from tether.store.auth import TokenAuthority
 from tether.store.server import create_store_app
 from tether.trainer.curriculum import (
     Curriculum,

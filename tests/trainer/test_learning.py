@@ -12,9 +12,9 @@ from pathlib import Path
 import openai
 import pytest
 
-from tether.auth import TokenAuthority
 from tether.runner import CallableAgent
 from tether.store import SQLiteStore, Task
+from tether.store.auth import TokenAuthority
 from tether.trainer.loop import Trainer, TrainerConfig
 from tether.trainer.policy import TrainConfig
 

@@ -12,9 +12,9 @@ import orjson
 import pytest
 import torch
 
-from tether.auth import TokenAuthority
 from tether.runner import CallableAgent
 from tether.store import SQLiteStore, Task
+from tether.store.auth import TokenAuthority
 from tether.trainer.cursor import TaskCursor
 from tether.trainer.loop import Trainer, TrainerConfig
 from tether.trainer.policy import PolicyTrainer, TrainConfig

@@ -28,7 +28,6 @@ from tests.rigs import GatewayRig
 from tether.adapters import build_transitions
 from tether.algorithms import Sample
 from tether.algorithms.advantages import UnreproducibleSampling, assign_advantages
-from tether.auth import TokenAuthority
 from tether.compose import create_app
 from tether.contracts import CallAttr
 from tether.gateway import Gateway, GatewayConfig
@@ -36,6 +35,7 @@ from tether.policy_server.vllm.replica import Replica, check_capabilities
 from tether.policy_server.vllm.server import connect_external
 from tether.sampling import Sampler, sampler_problems, unreproducible_parameters
 from tether.store import SQLiteStore
+from tether.store.auth import TokenAuthority
 from tether.trainer.policy import PolicyTrainer, TrainConfig
 
 MESSAGES = [{"role": "user", "content": "Count to five."}]

@@ -6,10 +6,10 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from tether.auth import TokenAuthority
+from tether.rewards.intervals import bootstrap_interval, paired_difference_interval
 from tether.runner import CallableAgent
 from tether.store import SQLiteStore, Task
-from tether.trainer.intervals import bootstrap_interval, paired_difference_interval
+from tether.store.auth import TokenAuthority
 from tether.trainer.loop import Trainer, TrainerConfig
 from tether.trainer.metrics import read_metrics
 from tether.trainer.policy import TrainConfig

@@ -8,8 +8,8 @@ import argparse
 import orjson
 from rich.console import Console
 
-from tether.placement import LocalPlacement, Placement
 from tether.ray.cluster import LOOPBACK, RaySettings, RayUnavailable, connect
+from tether.trainer.placement import LocalPlacement, Placement
 
 LOCAL = "local"  # `--ray` with no address
 

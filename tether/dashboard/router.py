@@ -12,12 +12,12 @@ from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
-from tether.auth import TokenAuthority, bearer_token
 from tether.dashboard.prompts import prompt_searches
 from tether.dashboard.rollouts import call_detail, judge_detail, rollout_detail, transitions_view
 from tether.dashboard.runs import metrics_path, read_metrics_from, run_summaries
 from tether.dashboard.tokens import TokenDecoder
 from tether.gateway.errors import unauthorized
+from tether.store.auth import TokenAuthority, bearer_token
 from tether.store.base import Store
 from tether.store.models import RolloutQuery, RolloutStatus
 

@@ -9,10 +9,10 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, Field
 
-from tether.auth import AuthError, authenticate
 from tether.gateway.app import Gateway, request_token
 from tether.gateway.errors import GatewayError, forbidden, unauthorized
 from tether.gateway.upstreams import HTTPUpstream, HTTPUpstreamConfig
+from tether.store.auth import AuthError, authenticate
 
 
 class PauseRequest(BaseModel):

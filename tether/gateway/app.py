@@ -1,7 +1,7 @@
 """The gateway: an OpenAI-compatible API that attributes and durably records every model call.
 
 Agents get a base URL that names their rollout (`/rollouts/{id}/v1`) and an API key that is the token
-of their attempt (`tether.auth`): a call is taken only while that attempt is the rollout's running one,
+of their attempt (`tether.store.auth`): a call is taken only while that attempt is the rollout's running one,
 and is recorded as that attempt. Each call is routed by model name to an upstream, and becomes one span in the
 store with the exact prompt/response token ids, logprobs and the policy version that produced them.
 
@@ -25,8 +25,6 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from tether.auth import AuthError, Caller, TokenAuthority, authenticate, bearer_token
-from tether.auth import request_token as token_of_headers
 from tether.contracts import DEFAULT_ROUTE, POLICY_UPSTREAM, Meta
 from tether.gateway.admission import Admission
 from tether.gateway.context import CallContext
@@ -40,6 +38,8 @@ from tether.gateway.rollouts import RolloutCache
 from tether.gateway.spans import call_span
 from tether.gateway.upstreams import CallKind, CallRecord, StreamAborted, Upstream, record_of_events, sse
 from tether.limits import MAX_BODY_BYTES, BodyTooLarge, read_bounded
+from tether.store.auth import AuthError, Caller, TokenAuthority, authenticate, bearer_token
+from tether.store.auth import request_token as token_of_headers
 from tether.store.base import InvalidValue, Store, StoreError
 from tether.store.models import Rollout, RolloutStatus, Span
 

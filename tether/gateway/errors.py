@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tether.auth import AuthError, Refusal
 from tether.errors import APIError
+from tether.store.auth import AuthError, Refusal
 
 
 class GatewayError(APIError):

@@ -20,9 +20,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from tether.auth import request_token
 from tether.contracts import CallAttr
 from tether.gateway.errors import GatewayError, unauthorized
+from tether.store.auth import request_token
 from tether.store.models import RolloutQuery, RolloutStatus, Span
 
 if TYPE_CHECKING:

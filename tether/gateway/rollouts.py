@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Hashable
 
-from tether.auth import AuthError, check_live, find_rollout, may_be_stale
+from tether.store.auth import AuthError, check_live, find_rollout, may_be_stale
 from tether.store.base import Store
 from tether.store.models import Rollout
 

@@ -13,10 +13,10 @@ from rich.console import Console
 from tether.ray.cluster import ActorPlacement, RayCluster, placement_table
 
 if TYPE_CHECKING:
-    from tether.auth import TokenAuthority
     from tether.policy_server import PolicyServer, PolicyServerOptions
     from tether.ray.learner import RayLearner
     from tether.runner.runner import PoolFactory
+    from tether.store.auth import TokenAuthority
     from tether.trainer.config import TrainConfig
 
 

@@ -21,11 +21,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from tether.auth import TokenAuthority
 from tether.ray.cluster import ActorPlacement, RayCluster, node_label, placement_of, where_am_i
 from tether.runner.agents import Agent
 from tether.runner.pool import AgentEndpoints, RunnerConfig, WorkerPool
 from tether.runner.rewards import Evaluator
+from tether.store.auth import TokenAuthority
 from tether.store.base import Store
 
 log = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tether.trainer.intervals import bootstrap_interval
+from tether.rewards.intervals import bootstrap_interval
 
 
 @dataclass(frozen=True)

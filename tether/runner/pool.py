@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from tether.auth import TokenAuthority
 from tether.contracts import agent_task
 from tether.runner.agents import LLM, Agent, AgentResult
 from tether.runner.rewards import AIRRules, Evaluator, RewardError, air_rewards, attributed, evaluate
+from tether.store.auth import TokenAuthority
 from tether.store.base import InvalidTransition, NotFound, Store
 from tether.store.models import Claim, Reward, Rollout, RolloutStatus, Span
 

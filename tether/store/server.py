@@ -24,7 +24,11 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from tether.auth import (
+from tether.contracts import RUN_RESOURCE_KIND, agent_task
+from tether.errors import APIError
+from tether.limits import MAX_BODY_BYTES, MAX_STORED_JSON_DEPTH, BodyTooLarge, read_bounded, too_deep
+from tether.store.api import ROUTES, Route
+from tether.store.auth import (
     DEAD,
     AuthError,
     Caller,
@@ -34,10 +38,6 @@ from tether.auth import (
     check_live,
     find_rollout,
 )
-from tether.contracts import RUN_RESOURCE_KIND, agent_task
-from tether.errors import APIError
-from tether.limits import MAX_BODY_BYTES, MAX_STORED_JSON_DEPTH, BodyTooLarge, read_bounded, too_deep
-from tether.store.api import ROUTES, Route
 from tether.store.base import InvalidTransition, InvalidValue, NotFound, Store, StoreAuthError, StoreError
 from tether.store.models import Resource, Rollout
 from tether.store.provenance import agent_reward, agent_span

@@ -39,7 +39,10 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1 import trace_pb2
 
-from tether.auth import (
+from tether.contracts import Origin
+from tether.errors import APIError
+from tether.limits import MAX_JSON_DEPTH, BodyTooLarge, read_bounded, too_deep
+from tether.store.auth import (
     DEAD,
     AuthError,
     Caller,
@@ -50,9 +53,6 @@ from tether.auth import (
     find_rollout,
     request_token,
 )
-from tether.contracts import Origin
-from tether.errors import APIError
-from tether.limits import MAX_JSON_DEPTH, BodyTooLarge, read_bounded, too_deep
 from tether.store.base import InvalidValue, Store, StoreError
 from tether.store.models import Rollout, Span, SpanEvent
 

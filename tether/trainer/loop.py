@@ -36,12 +36,10 @@ from tether.adapters.demonstrations import NoDemonstrations, build_demonstration
 from tether.algorithms import AdvantageBatch, assign_advantages, imitation_batch
 from tether.algorithms.advantages import UnreproducibleSampling, advantage_method
 from tether.algorithms.distill import distill_advantages
-from tether.auth import TokenAuthority
 from tether.contracts import ALGORITHMS, DEFAULT_ROUTE, DISTILLATION, POLICY_UPSTREAM, Meta
 from tether.engines.chat_template import ChatTemplate
 from tether.gateway import HTTPUpstream, HTTPUpstreamConfig
 from tether.gateway.upstreams import Upstream
-from tether.placement import LocalPlacement, Placement
 from tether.policy_server import (
     PolicyServer,
     PolicyServerOptions,
@@ -59,6 +57,7 @@ from tether.runner.runner import PoolFactory
 from tether.runner.runs import RunRecord, cancel_queued
 from tether.stack import local_stack
 from tether.store import RolloutRequest, Store, Task
+from tether.store.auth import TokenAuthority
 from tether.store.reward_rule import named_reward
 from tether.trainer.config import TrainConfig
 from tether.trainer.curriculum import Curriculum, CurriculumConfig, CurriculumExhausted
@@ -66,6 +65,7 @@ from tether.trainer.cursor import TaskCursor
 from tether.trainer.distill import Teacher, TeacherError, check_teacher, score_transitions
 from tether.trainer.learner import Learner, TrainingDiverged, open_learner
 from tether.trainer.metrics import MetricsLog
+from tether.trainer.placement import LocalPlacement, Placement
 from tether.trainer.policies import PolicySpec, check_policies, policy_of, split_batch
 from tether.trainer.ranking import rank_groups
 from tether.trainer.stages import agent_cpu_seconds, stage_stats_of
@@ -248,7 +248,7 @@ class Trainer:
         placement: Placement | None = None,
     ) -> None:
         self.config = config
-        # Where agents, the policy server and the learner run (tether.placement); what it leaves to the
+        # Where agents, the policy server and the learner run (`placement.py`); what it leaves to the
         # trainer is opened here. `pools`: the runner's own pool factory (--runner; None: worker processes).
         self.placement: Placement = placement or LocalPlacement()
         self.pools = self.placement.pools(auth, pools)
@@ -846,10 +846,10 @@ class _Session:
         self._refuse_unrouted()
         rewards = await self._val_rewards(outcomes)
         score = statistics.fmean(rewards) if rewards else 0.0
-        from tether.trainer.intervals import bootstrap_interval
+        from tether.rewards.intervals import bootstrap_interval
 
         # The 95% bootstrap interval of the score, and each task's reward, so that two validations can
-        # be compared task by task (tether.trainer.intervals.paired_difference_interval).
+        # be compared task by task (tether.rewards.intervals.paired_difference_interval).
         low, high = await asyncio.to_thread(bootstrap_interval, rewards) if rewards else (score, score)
         self.trainer.record(
             {

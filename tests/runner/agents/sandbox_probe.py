@@ -165,7 +165,7 @@ def admin_token_candidates(project):
         found.append(token_file.strip())
     secret = str(attempt(read, os.path.join(project, ".tether", "secret")))
     try:
-        from tether.auth import TokenAuthority  # Tether's own code, which the agent can run
+        from tether.store.auth import TokenAuthority  # Tether's own code, which the agent can run
 
         found.append(TokenAuthority(bytes.fromhex(secret.strip())).admin_token)
     except (ImportError, ValueError):  # no secret to read

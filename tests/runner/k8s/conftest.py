@@ -15,7 +15,6 @@ import pytest
 
 from tests.helpers import serve_app
 from tests.runner.k8s.apiserver import Cluster, write_kubeconfig
-from tether.auth import TokenAuthority
 from tether.contracts import POLICY_UPSTREAM
 from tether.policy_server.builtin import EngineUpstream
 from tether.runner import CommandAgent, RolloutOutcome, Runner, RunnerConfig
@@ -23,6 +22,7 @@ from tether.runner.k8s.options import K8sOptions
 from tether.runner.k8s.pool import kubernetes_pools
 from tether.stack import local_stack
 from tether.store import RolloutRequest, SQLiteStore, Task
+from tether.store.auth import TokenAuthority
 
 HERE = Path(__file__).parent
 AGENT = f"{sys.executable} {HERE / 'agents' / 'job_agent.py'}"

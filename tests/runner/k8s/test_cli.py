@@ -13,7 +13,6 @@ import pytest
 
 from tests.runner.k8s.apiserver import KUBERNETES_VERSION, iter_env
 from tests.runner.k8s.conftest import AGENT, TEMPLATE, KubeCluster, free_port
-from tether.auth import TokenAuthority
 from tether.cli.main import main
 from tether.runner import AgentEndpoints, CommandAgent
 from tether.runner.k8s.job_agent import render_context
@@ -26,6 +25,7 @@ from tether.runner.k8s.manifest import (
     build_secret,
 )
 from tether.store import Rollout, SQLiteStore
+from tether.store.auth import TokenAuthority
 
 ROOT = Path(__file__).parents[3]
 DEMO = ROOT / "examples" / "arith_agent"

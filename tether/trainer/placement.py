@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from tether.auth import TokenAuthority
     from tether.policy_server import PolicyServer, PolicyServerOptions
     from tether.runner.runner import PoolFactory
+    from tether.store.auth import TokenAuthority
     from tether.trainer.config import TrainConfig
     from tether.trainer.learner import Learner
 

@@ -7,7 +7,7 @@ import statistics
 
 import pytest
 
-from tether.trainer.intervals import bootstrap_interval, paired_difference_interval, paired_differences
+from tether.rewards.intervals import bootstrap_interval, paired_difference_interval, paired_differences
 
 
 def test_the_interval_of_a_mean_covers_the_true_mean_about_95_times_in_100() -> None:

@@ -5,8 +5,16 @@ from __future__ import annotations
 
 import pytest
 
-from tether.auth import AuthError, Caller, Refusal, TokenAuthority, authenticate, check_live, find_rollout
 from tether.store import RolloutRequest, RolloutStatus, SQLiteStore, Task
+from tether.store.auth import (
+    AuthError,
+    Caller,
+    Refusal,
+    TokenAuthority,
+    authenticate,
+    check_live,
+    find_rollout,
+)
 
 AUTH = TokenAuthority.generate()
 
