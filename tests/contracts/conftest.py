@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from tests.learner_rig import transition as rig_transition
+from tests.learner_rig import transitions as rig_transitions
 from tether.adapters.transitions import Transition
 from tether.algorithms.advantages import AdvantageBatch, assign_advantages
 from tether.engines.catalog import SMOLLM2, TINY_RANDOM
@@ -129,38 +131,15 @@ async def several(request: pytest.FixtureRequest) -> AsyncIterator[tuple[ServerK
 
 # -- what the learner saves for a server to load ---------------------------------------------------------
 
-PROMPT = [1, 9690, 198, 1348, 314, 216, 34, 30, 34, 47, 2, 198]
-
 
 def transition(
     rollout: str, response: list[int], reward: float, *, extra: int = 0, call: int = 0
 ) -> Transition:
-    return Transition(
-        rollout_id=rollout,
-        task_id="task",
-        group_id="g",
-        attempt=None,
-        call_index=call,
-        agent=None,
-        policy_version=0,
-        prompt_ids=PROMPT + list(range(400, 400 + extra)),
-        response_ids=list(response),
-        response_logprobs=[0.0] * len(response),
-        loss_mask=[1] * len(response),
-        reward=reward,
-    )
+    return rig_transition(rollout, response, reward, call=call, extra=extra, logprob=0.0)
 
 
 def transitions() -> list[Transition]:
-    """Four rollouts of one group, of unequal lengths and rewards; one made three calls."""
-    return [
-        transition("a", [2131, 4387, 3658, 2], 1.0),
-        transition("b", [28, 9981, 555], 0.0, extra=9),
-        transition("c", [77, 78], 1.0, extra=3),
-        transition("c", [79, 80, 81, 82, 83], 1.0, extra=20, call=1),
-        transition("c", [84], 1.0, extra=31, call=2),
-        transition("d", [900, 901, 902, 903, 904, 905], 0.0, extra=5),
-    ]
+    return rig_transitions(logprob=0.0)
 
 
 def on_policy_batch(learner: Learner, items: list[Transition] | None = None) -> AdvantageBatch:

@@ -10,53 +10,11 @@ import pytest
 import torch
 from ray.cluster_utils import Cluster
 
-from tether.adapters.transitions import Transition
-from tether.algorithms import AdvantageBatch, Sample, assign_advantages
+from tests.learner_rig import assert_close, batch, params
+from tether.algorithms import AdvantageBatch, Sample
 from tether.engines.catalog import TINY_RANDOM, resolve_model
-from tether.ray.learner import RayLearner, split_by_tokens
+from tether.ray.learner import RayLearner
 from tether.trainer import PolicyTrainer, TrainConfig
-
-PROMPT = [1, 9690, 198, 1348, 314, 216, 34, 30, 34, 47, 2, 198]
-
-
-def transition(rollout: str, response: list[int], reward: float, call: int = 0, extra: int = 0) -> Transition:
-    return Transition(
-        rollout_id=rollout,
-        task_id="task",
-        group_id="g",
-        attempt=None,
-        call_index=call,
-        agent=None,
-        policy_version=0,
-        prompt_ids=PROMPT + list(range(400, 400 + extra)),
-        response_ids=list(response),
-        response_logprobs=[-1.5] * len(response),
-        loss_mask=[1] * len(response),
-        reward=reward,
-    )
-
-
-def batch() -> AdvantageBatch:
-    """Four rollouts; one made three calls (its weights split three ways), lengths all differ."""
-    items = [
-        transition("a", [2131, 4387, 3658, 2], 1.0),
-        transition("b", [28, 9981, 555], 0.0, extra=9),
-        transition("c", [77, 78], 1.0, call=0, extra=3),
-        transition("c", [79, 80, 81, 82, 83], 1.0, call=1, extra=20),
-        transition("c", [84], 1.0, call=2, extra=31),
-        transition("d", [900, 901, 902, 903, 904, 905], 0.0, extra=5),
-    ]
-    return assign_advantages(items)
-
-
-def params(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
-
-
-def assert_close(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
-    assert a.keys() == b.keys()
-    for name in a:
-        torch.testing.assert_close(a[name], b[name], rtol=1e-5, atol=1e-6, msg=name)
 
 
 @pytest.fixture(scope="module")
@@ -67,15 +25,6 @@ def config(tmp_path_factory: pytest.TempPathFactory) -> TrainConfig:
     return TrainConfig(
         model=str(path), lr=1.0, adam_eps=1.0, grad_clip=0.0, bf16=False, micro_batch_tokens=64, seed=3
     )
-
-
-def test_split_keeps_every_sample_once_and_balances_tokens() -> None:
-    samples = batch().samples
-    shares = split_by_tokens(samples, 2)
-    assert sorted(id(s) for share in shares for s in share) == sorted(id(s) for s in samples)
-    loads = [sum(len(s.transition.prompt_ids) + len(s.transition.response_ids) for s in sh) for sh in shares]
-    longest = max(len(s.transition.prompt_ids) + len(s.transition.response_ids) for s in samples)
-    assert abs(loads[0] - loads[1]) <= longest
 
 
 @pytest.mark.parametrize("sharding", ["replicate", "fsdp"])

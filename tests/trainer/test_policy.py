@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.learner_rig import PROMPT, transition
 from tether.adapters.transitions import Transition
 from tether.algorithms import Sample, assign_advantages
 from tether.algorithms.advantages import AdvantageBatch, AdvantageReport
@@ -15,7 +16,6 @@ from tether.engines.catalog import TINY_RANDOM, resolve_model
 from tether.trainer import PolicyTrainer, TrainConfig, TrainingDiverged
 from tether.trainer.policy import plan_micro_batches, policy_loss
 
-PROMPT = [1, 9690, 198, 1348, 314, 216, 34, 30, 34, 47, 2, 198]
 GOOD = [2131, 4387, 3658, 2]
 BAD = [28, 9981, 555]
 
@@ -46,20 +46,7 @@ def make(
     mask: list[int] | None = None,
     prompt: list[int] | None = None,
 ) -> Transition:
-    return Transition(
-        rollout_id=rollout,
-        task_id="task",
-        group_id="g",
-        attempt=None,
-        call_index=call,
-        agent=None,
-        policy_version=0,
-        prompt_ids=list(PROMPT if prompt is None else prompt),
-        response_ids=list(response),
-        response_logprobs=[0.0] * len(response),
-        loss_mask=[1] * len(response) if mask is None else mask,
-        reward=reward,
-    )
+    return transition(rollout, response, reward, call=call, logprob=0.0, prompt=prompt, mask=mask)
 
 
 def record_own_logprobs(trainer: PolicyTrainer, transitions: list[Transition]) -> None:

@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tether.trainer.config import LEARNER_SHARDINGS
+
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
@@ -24,7 +26,6 @@ class RayUnavailable(RuntimeError):
     """Ray is not installed, or the cluster cannot be reached; the message names the fix."""
 
 
-LEARNER_SHARDINGS = ("replicate", "fsdp")  # `--learner-sharding` (tether.ray.learner, tether.ray.sharding)
 WEIGHT_TRANSFERS = ("auto", "path", "stream")  # `--weights-transfer` (tether.ray.transfer)
 
 

@@ -1,4 +1,5 @@
-"""The learner of N ranks: Ray actors forming one `torch.distributed` group (gloo on CPU, NCCL on GPU).
+"""The learner of N ranks: Ray actors forming one `torch.distributed` group (gloo on CPU, NCCL on GPU), each
+running `PolicyTrainer(config, group=Ranks(world, sharding))` (`tether.trainer.groups`) on its share.
 
 A batch is split across ranks by token budget (longest samples first, each to the rank with the fewest
 tokens so far). The single-rank loss is sum_s w_s * mean_t loss_t / W over all samples (W: the total
@@ -10,7 +11,7 @@ up to float error, on every rank alike.
 Two shardings (`--learner-sharding`):
 - `replicate` (data parallel, the default): every rank holds the whole model and optimizer state; the
   gradients are all-reduced before clipping.
-- `fsdp`: FSDP2 (`tether.ray.sharding`), for models that do not fit on one device: each rank holds 1/N
+- `fsdp`: FSDP2 (`tether.trainer.sharding`), for models that do not fit on one device: each rank holds 1/N
   of the parameters, gradients and optimizer state.
 
 Rank 0 writes versions and checkpoints; a checkpoint is the single-rank one, so `--resume` works with any
@@ -24,7 +25,7 @@ import os
 import socket
 import tempfile
 from collections.abc import Sequence
-from dataclasses import fields, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from tether.policy_server.base import PolicyWeights
 from tether.ray.cluster import LEARNER_SHARDINGS, ActorPlacement, RayCluster, placement_of, where_am_i
 from tether.ray.transfer import Folder, FolderSender, pack, unpack
 from tether.trainer.config import TrainConfig
+from tether.trainer.groups import split_by_tokens
 from tether.trainer.learner import LearnerLost
 
 SUMMED = ("loss", "policy_loss", "kl_loss")  # each rank normalizes by the whole W: they add up
@@ -48,159 +50,6 @@ class LearnerRankLost(LearnerLost):
 def trained(sample: Sample) -> bool:
     """The samples `PolicyTrainer.step` trains on (the same filter)."""
     return sample.transition.trained_tokens > 0 and sample.weight != 0
-
-
-def split_by_tokens(samples: Sequence[Sample], ranks: int) -> list[list[Sample]]:
-    """Shares of about equal tokens: longest first, each to the rank with the fewest tokens so far."""
-    shares: list[list[Sample]] = [[] for _ in range(ranks)]
-    loads = [0] * ranks
-    order = sorted(samples, key=lambda s: len(s.transition.prompt_ids) + len(s.transition.response_ids))
-    for sample in reversed(order):
-        rank = loads.index(min(loads))
-        shares[rank].append(sample)
-        loads[rank] += len(sample.transition.prompt_ids) + len(sample.transition.response_ids)
-    return shares
-
-
-def _make_rank_trainer(config: TrainConfig, world: int, sharding: str) -> Any:
-    """A `PolicyTrainer` for one rank: every rank normalizes its share by the whole batch's weight, so the
-    sum of the ranks' gradients (an all-reduce, or FSDP2's reduce-scatter) is the single-rank one."""
-    import torch
-    import torch.distributed as dist
-
-    from tether.ray import sharding as fsdp
-    from tether.trainer.learner import TrainingDiverged
-    from tether.trainer.policy import PolicyTrainer, StepMetrics, _Totals, peak_rss_mb
-
-    class RankTrainer(PolicyTrainer):
-        def __init__(self) -> None:
-            super().__init__(config)
-            self.sharded = sharding == "fsdp"
-            self._flag_sent = False
-            self._divergence: TrainingDiverged | None = None
-            with torch.no_grad():  # every rank starts from rank 0's weights
-                for p in self.params:
-                    dist.broadcast(p.data, src=0)
-            if self.sharded:
-                fsdp.shard(self.scorer, world, self.device.type)
-                if self.reference_scorer is not None:
-                    fsdp.shard(self.reference_scorer, world, self.device.type)
-                self._make_optimizer()  # over the sharded parameters
-
-        # -- the step --------------------------------------------------------------------------------
-
-        def rank_step(self, batch: AdvantageBatch, total_weight: float) -> StepMetrics:
-            self._flag_sent, self._divergence = False, None
-            rank = dist.get_rank()
-            if rank > 0:  # rank 0's random state is the checkpoint's; the others' follow from the step, so
-                # a resumed run draws the same dropout masks on every rank as an uninterrupted one
-                torch.manual_seed(self.config.seed * 1_000_003 + self.step_count * 1_009 + rank)
-            try:
-                if batch.samples:
-                    return self.step(batch, total_weight)
-                return self._idle_step()
-            except TrainingDiverged:
-                if not self._flag_sent:
-                    self._send_flag(1.0)
-                raise
-
-        def _plan(self, lengths: Sequence[int]) -> list[list[int]]:
-            plan = super()._plan(lengths)
-            if not self.sharded:
-                return plan
-            longest = torch.tensor([len(plan)], device=self.device)
-            dist.all_reduce(longest, op=dist.ReduceOp.MAX)  # every rank runs as many forwards
-            return plan + [[] for _ in range(int(longest) - len(plan))]
-
-        def _diverged(self, error: TrainingDiverged, logp: torch.Tensor) -> torch.Tensor:
-            if not self.sharded:
-                raise error
-            self._divergence = self._divergence or error
-            return logp.sum() * 0.0  # the backward's collectives still run; the step fails after them
-
-        def _clip_gradients(self) -> float:
-            self._send_flag(1.0 if self._divergence else 0.0)
-            if not self.sharded:
-                for p in self.params:
-                    if p.grad is None:
-                        p.grad = torch.zeros_like(p)
-                    dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)
-            return super()._clip_gradients()
-
-        def _send_flag(self, value: float) -> None:
-            """Every rank says whether its forward passes diverged: all fail together, none hangs."""
-            flag = torch.tensor([value], device=self.device)
-            dist.all_reduce(flag, op=dist.ReduceOp.SUM)
-            self._flag_sent = True
-            if float(flag) > 0:
-                self.optimizer.zero_grad(set_to_none=True)
-                if self._divergence is not None:
-                    raise self._divergence
-                if value == 0:
-                    raise TrainingDiverged(
-                        f"non-finite loss on another learner rank at step {self.step_count + 1}"
-                    )
-
-        def _idle_step(self) -> StepMetrics:
-            """No samples here: add zero gradients to the sum, take the same optimizer step."""
-            self.model.train()
-            self.optimizer.zero_grad(set_to_none=True)
-            for n, _ in enumerate(self._plan([])):  # blanks only: a sharded rank's forwards are collectives
-                self._accumulate(self._blank(), _Totals(), f"blank micro-batch {n + 1}")
-            grad_norm = self._clip_gradients()
-            lr = float(self.scheduler.get_last_lr()[0])
-            self.optimizer.step()
-            self.scheduler.step()
-            self.optimizer.zero_grad(set_to_none=True)
-            self.step_count += 1
-            names = set(SUMMED + TOKEN_MEANS + COUNTS)
-            zero = {f.name: 0 for f in fields(StepMetrics) if f.name in names}
-            return StepMetrics(
-                step=self.step_count,
-                **zero,
-                ref_kl=None,
-                rollouts=0,
-                grad_norm=grad_norm,
-                lr=lr,
-                seconds=0.0,
-                tokens_per_s=0.0,
-                peak_rss_mb=peak_rss_mb(),
-            )
-
-        # -- the saved state: gathered on every rank in one order -----------------------------------
-
-        def trainable(self) -> dict[str, Any]:
-            return {n: fsdp.whole(p) for n, p in self.model.named_parameters() if p.requires_grad}
-
-        def _servable_state(self) -> dict[str, Any] | None:
-            if not self.sharded:
-                return None
-            return {n: fsdp.whole(t) for n, t in self.model.state_dict().items()}
-
-        def _checkpoint_state(self) -> dict[str, Any]:
-            state = super()._checkpoint_state()
-            if self.sharded:
-                state["optimizer"] = fsdp.whole_state(state["optimizer"])
-            return state
-
-        def _load_parameter(self, param: torch.Tensor, value: torch.Tensor) -> None:
-            param.copy_(fsdp.like(value, param))
-
-        def _optimizer_loaded(self) -> None:
-            if self.sharded:
-                fsdp.shard_optimizer_state(self.optimizer)
-
-        def gather_weights(self) -> None:
-            """A rank other than 0, while rank 0 saves weights: the same gathers, nothing written."""
-            self._servable_state()
-
-        def gather_checkpoint(self) -> None:
-            """A rank other than 0, while rank 0 saves a checkpoint (the gathers of `save_checkpoint`)."""
-            self._checkpoint_state()
-            if self.config.lora:
-                self._servable_state()
-
-    return RankTrainer()
 
 
 class LearnerRank:
@@ -231,13 +80,15 @@ class LearnerRank:
         backend = "nccl" if cuda else "gloo"
         device = "cuda" if cuda else "cpu"
         dist.init_process_group(backend, init_method=init_method, rank=self.rank, world_size=self.world)
+        from tether.trainer.groups import Ranks
+        from tether.trainer.policy import PolicyTrainer
+
         config = replace(config, device=config.device or device)
-        self.trainer = _make_rank_trainer(config, self.world, sharding)
+        self.trainer = PolicyTrainer(config, group=Ranks(self.world, sharding))
         return int(self.trainer.trainable_parameters)
 
     def step(self, batch: AdvantageBatch, total_weight: float) -> dict[str, Any]:
-        metrics = self.trainer.rank_step(batch, total_weight)
-        return dict(metrics.to_dict())
+        return dict(self.trainer.step(batch, total_weight).to_dict())
 
     def trainable(self) -> dict[str, Any]:
         return dict(self.trainer.trainable())
@@ -259,7 +110,7 @@ class LearnerRank:
         self, directory: str, version: int, shared: bool
     ) -> PolicyWeights | dict[str, bytes] | None:
         if self.rank != 0:  # sharded: rank 0 writes what every rank gathers
-            self.trainer.gather_weights()
+            self.trainer.servable_state()
             return None
         if shared:
             return self.trainer.save_weights(Path(directory), version)
@@ -270,8 +121,10 @@ class LearnerRank:
     def save_checkpoint(
         self, directory: str, extra: dict[str, Any] | None, shared: bool
     ) -> dict[str, bytes] | None:
-        if self.rank != 0:
-            self.trainer.gather_checkpoint()
+        if self.rank != 0:  # the gathers of `save_checkpoint`, nothing written
+            self.trainer.checkpoint_state()
+            if self.trainer.config.lora:
+                self.trainer.servable_state()
             return None
         if shared:
             self.trainer.save_checkpoint(directory, extra)

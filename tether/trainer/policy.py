@@ -78,6 +78,7 @@ from tether.engines.sampling import processed_logprobs
 from tether.policy_server.base import PolicyWeights
 from tether.sampling import Sampler
 from tether.trainer.config import TrainConfig
+from tether.trainer.groups import LearnerGroup, Solo
 from tether.trainer.learner import TrainingDiverged
 
 log = logging.getLogger(__name__)
@@ -303,7 +304,7 @@ def _row_advantages(value: float | Sequence[float], length: int) -> torch.Tensor
 class TokenScorer(torch.nn.Module):
     """The logits [B, K, V] (fp32) that predict the last K tokens of each row: decoder, then head.
 
-    One module, so that a sharded learner (`tether.ray.sharding`) can gather the embedding, final norm
+    One module, so that a sharded learner (`tether.trainer.sharding`) can gather the embedding, final norm
     and head (tied in small models) around a single forward.
     """
 
@@ -329,10 +330,13 @@ class TokenScorer(torch.nn.Module):
 
 
 class PolicyTrainer:
-    def __init__(self, config: TrainConfig) -> None:
+    """The learner of one process, or one rank of several (`group`, `tether.trainer.groups`)."""
+
+    def __init__(self, config: TrainConfig, group: LearnerGroup | None = None) -> None:
         from transformers import AutoModelForCausalLM
 
         self.config = config
+        self.group: LearnerGroup = group or Solo()
         self.device = torch.device(config.device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.bf16 = config.bf16 if config.bf16 is not None else bf16_by_default(self.device)
         random.seed(config.seed)
@@ -359,6 +363,7 @@ class PolicyTrainer:
         self.reference_scorer = TokenScorer(self.reference, self.bf16) if self.reference is not None else None
         self._make_optimizer()
         self.step_count = 0
+        self.group.attach(self)
         log.info(
             "policy trainer on %s: %s, %d trainable parameters, bf16 autocast %s",
             self.model_path.name,
@@ -430,6 +435,14 @@ class PolicyTrainer:
         holding part of a batch passes the whole batch's (`batch_mass`), so that the ranks' gradients add
         up to the single-rank one. Reported statistics are those of the first pass over the batch.
         """
+        self.group.begin_step(self)
+        try:
+            return self._step(batch, total_weight)
+        except TrainingDiverged:
+            self.group.step_failed(self)
+            raise
+
+    def _step(self, batch: AdvantageBatch | Sequence[Sample], total_weight: float | None) -> StepMetrics:
         started = time.perf_counter()
         cfg = self.config
         samples = self._trainable_samples(batch)
@@ -492,7 +505,7 @@ class PolicyTrainer:
             _check_sample(s.transition, self.max_seq_len)
             if s.weight < 0:
                 raise ValueError(f"sample of rollout {s.rollout_id!r} has a negative weight {s.weight}")
-        if not samples:
+        if not samples and self.group.world == 1:  # a rank without a share adds zero gradients to the sum
             raise ValueError("nothing to train: no sample has a trained token and a non-zero weight")
         return samples
 
@@ -542,7 +555,7 @@ class PolicyTrainer:
     def _plan(self, lengths: Sequence[int]) -> list[list[int]]:
         """Micro-batches of sample indices; an empty one is a `_blank` (ranks of a sharded learner pad
         their plans to the same length, since every forward is a collective there)."""
-        return plan_micro_batches(lengths, self.config.micro_batch_tokens)
+        return self.group.pad_plan(plan_micro_batches(lengths, self.config.micro_batch_tokens))
 
     def _blank(self) -> MicroBatch:
         """A one-token micro-batch that trains nothing: its loss and gradient are exactly 0."""
@@ -591,7 +604,7 @@ class PolicyTrainer:
             totals.ref_kl += float(torch.where(mask, kl.detach(), 0.0).sum())
         value = float(loss.detach())
         if not math.isfinite(value):
-            loss = self._diverged(
+            loss = self.group.diverged(
                 TrainingDiverged(
                     f"non-finite loss ({value}) at step {self.step_count + 1}, {where}; the update was not "
                     "applied. Check the samples' advantages and recorded logprobs for NaN/inf, or lower "
@@ -616,12 +629,8 @@ class PolicyTrainer:
             totals.entropy += float(entropy[mask].sum())
         totals.nll -= float(logp.detach()[mask].sum())
 
-    def _diverged(self, error: TrainingDiverged, logp: torch.Tensor) -> torch.Tensor:
-        """A micro-batch's loss is not finite: raise (a sharded rank instead returns a zero loss to keep
-        its collectives in step, and raises once the step's ranks agree)."""
-        raise error
-
     def _clip_gradients(self) -> float:
+        self.group.reduce_gradients(self)
         max_norm = self.config.grad_clip if self.config.grad_clip > 0 else math.inf
         total = torch.nn.utils.clip_grad_norm_(self.params, max_norm)
         if isinstance(total, DTensor):  # sharded parameters: the norm is a replicated DTensor
@@ -671,7 +680,7 @@ class PolicyTrainer:
         served by starting an engine on it.
         """
         target = Path(path)
-        state = self._servable_state()
+        state = self.servable_state()
         with _atomic_dir(target) as tmp:
             self.model.save_pretrained(tmp, **({"state_dict": state} if state is not None else {}))
             if not self.config.lora:
@@ -693,7 +702,7 @@ class PolicyTrainer:
         """
         target = Path(directory)
         extra_text = json.dumps(extra or {})
-        state = self._checkpoint_state()
+        state = self.checkpoint_state()
         with _atomic_dir(target) as tmp:
             torch.save(state, tmp / CHECKPOINT_STATE)
             (tmp / CHECKPOINT_EXTRA).write_text(extra_text)
@@ -719,39 +728,33 @@ class PolicyTrainer:
             )
         with torch.no_grad():
             for name, param in params.items():
-                self._load_parameter(param, saved[name])
+                param.copy_(self.group.like(saved[name], param))
         self.optimizer.load_state_dict(state["optimizer"])
-        self._optimizer_loaded()
+        self.group.optimizer_loaded(self.optimizer)
         self.scheduler.load_state_dict(state["scheduler"])
         self.step_count = int(state["step"])
         _set_rng_state(state["rng"])
         return json.loads((folder / CHECKPOINT_EXTRA).read_text())
 
-    # Hooks of the saved state (a sharded learner gathers and scatters its shards in them).
+    # The saved state, whole (on a sharded rank, gathering is a collective: every rank calls these).
 
     def trainable(self) -> dict[str, torch.Tensor]:
         """A copy of the trainable parameters, on the CPU, by name."""
-        return {n: p.detach().cpu().clone() for n, p in self.model.named_parameters() if p.requires_grad}
+        return {n: self.group.whole(p) for n, p in self.model.named_parameters() if p.requires_grad}
 
-    def _servable_state(self) -> dict[str, Any] | None:
+    def servable_state(self) -> dict[str, Any] | None:
         """The state dict `save_pretrained` writes (None: the model's own)."""
-        return None
+        return self.group.servable_state(self.model)
 
-    def _checkpoint_state(self) -> dict[str, Any]:
+    def checkpoint_state(self) -> dict[str, Any]:
         return {
             "step": self.step_count,
             "lora": self.config.lora,
             "trainable": self.trainable(),
-            "optimizer": self.optimizer.state_dict(),
+            "optimizer": self.group.whole_optimizer_state(self.optimizer.state_dict()),
             "scheduler": self.scheduler.state_dict(),
             "rng": _rng_state(),
         }
-
-    def _load_parameter(self, param: torch.Tensor, value: torch.Tensor) -> None:
-        param.copy_(value)
-
-    def _optimizer_loaded(self) -> None:
-        """Called once the optimizer holds a checkpoint's (whole, unsharded) state."""
 
 
 def _processed_token_logprobs(

@@ -5,19 +5,20 @@ device: each rank keeps 1/N of every parameter, gradient and optimizer state.
 `TokenScorer` around them (embedding, final norm and head, tied in small models: one unit so that the
 tie holds). Gradients are reduce-scattered as sums (no division by the world size), because every rank
 already normalizes its loss by the whole batch's weight. Every forward is a collective here, so the
-ranks run equally many micro-batches (`PolicyTrainer._plan` pads with blanks), and saving gathers the
+ranks run equally many micro-batches (`Ranks.pad_plan` pads with blanks), and saving gathers the
 whole tensors on every rank in one order while rank 0 alone writes. A checkpoint is the single-rank
 one: the optimizer state is gathered into the plain `state_dict` layout.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.distributed.tensor import DTensor, distribute_tensor
 
-from tether.trainer.policy import TokenScorer
+if TYPE_CHECKING:
+    from tether.trainer.policy import TokenScorer
 
 
 def shard(scorer: TokenScorer, world: int, device: str) -> None:
