@@ -31,21 +31,15 @@ from tether.cli.common import (
     add_run_args,
     add_runner_kind_args,
     add_store_arg,
-    begin_run,
-    open_cli_store,
-    runner_pools,
-    serving_policy,
 )
-from tether.cli.placement import open_placement
+from tether.cli.experiment import open_experiment
 from tether.cli.rollout_cmd import add_runner_args, command_settings, load_inputs, progress_bar, runner_config
 from tether.cli.secrets import OPTIMIZER_KEY, add_secret_arg, secret_value
 from tether.contracts import DEFAULT_ROUTE, POLICY_UPSTREAM, PROMPT_ALGORITHMS
 from tether.gateway import HTTPUpstream, HTTPUpstreamConfig
 from tether.gateway.upstreams import Upstream
-from tether.project import Project
 from tether.runner import RewardError, Runner, TaskFileError, load_tasks
 from tether.runner.rewards import Evaluator, check_reference_reader
-from tether.stack import local_stack
 from tether.store import RolloutStatus, Store, Task
 
 console = Console(stderr=True)
@@ -174,20 +168,17 @@ def run(args: argparse.Namespace) -> int:
     inputs = _inputs(args)
     config = _configs(args)
     runner_settings = runner_config(args)
-    pools = runner_pools(args, "optimize-prompt", [*inputs.tasks, *inputs.val_tasks], inputs.agent)
-    store = open_cli_store(args, "optimize-prompt")
-    placement = open_placement(args, "optimize-prompt", console)
     shape = _search_settings(args)
     named = {**command_settings(args), **shape, "val_tasks": str(Path(args.val_tasks).resolve())}
-    record = begin_run(store, args, "optimize-prompt", inputs.tasks, Path(args.tasks).stem, named, shape)
+    pool_tasks = [*inputs.tasks, *inputs.val_tasks]
+    experiment = open_experiment(
+        args, "optimize-prompt", console, inputs.tasks, inputs.agent, named, shape, pool_tasks=pool_tasks
+    )
+    store = experiment.store
     upstreams, routes, optimizer_model = _optimizer_route(args)
     started = time.monotonic()
     try:
-        authority = Project.at(args.project_dir).authority()
-        with (
-            serving_policy(args, console, placement=placement) as policy,
-            local_stack(store, authority, [policy, *upstreams], routes=routes, host=placement.host) as stack,
-        ):
+        with experiment.serving(args, console, upstreams, routes) as stack:
             session = store.start_session(
                 {"purpose": "prompt-optimizer"}, worker_id=OPTIMIZER_AGENT, mode=OPTIMIZER_AGENT
             )
@@ -213,8 +204,8 @@ def run(args: argparse.Namespace) -> int:
                             completed=r.stats.succeeded + r.stats.failed,
                             detail=f"running {r.stats.running}",
                         ),
-                        run=record.name,
-                        pools=placement.pools(authority, pools),
+                        run=experiment.record.name,
+                        pools=experiment.placed_pools(),
                     )
                     result = asyncio.run(
                         _search(args, inputs, config, store, runner, optimizer, progress.console)

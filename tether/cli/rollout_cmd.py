@@ -23,17 +23,12 @@ from tether.cli.common import (
     add_run_args,
     add_runner_kind_args,
     add_store_arg,
-    begin_run,
-    open_cli_store,
-    runner_pools,
-    serving_policy,
 )
-from tether.cli.placement import open_placement
+from tether.cli.experiment import open_experiment
 from tether.cli.reward_args import add_reward_args, reward_setting, rewards_from_args
 from tether.cli.sandbox_args import add_sandbox_args, sandbox_from_args
 from tether.cli.text import shown
 from tether.contracts import TASK_REFERENCE, Meta, has_reference
-from tether.project import Project
 from tether.runner import (
     AIRRules,
     CommandAgent,
@@ -47,7 +42,6 @@ from tether.runner import (
 )
 from tether.runner.rewards import Evaluator, check_reference_reader
 from tether.runner.warm import WarmStarts
-from tether.stack import local_stack
 from tether.store import RolloutRequest, Task
 
 console = Console(stderr=True)
@@ -307,34 +301,27 @@ def print_summary(outcomes: Sequence[RolloutOutcome], seconds: float) -> None:
 def run(args: argparse.Namespace) -> int:
     tasks, evaluator, agent = load_inputs(args)
     config = runner_config(args)
-    pools = runner_pools(args, "rollout", tasks, agent)
-    store = open_cli_store(args, "rollout")
-    placement = open_placement(args, "rollout", console)
+    settings = {**command_settings(args), "group_size": args.group_size, "mode": args.mode}
+    shape = {"group_size": args.group_size, "mode": args.mode}
+    experiment = open_experiment(args, "rollout", console, tasks, agent, settings, shape)
+    store, name = experiment.store, experiment.record.name
     try:
-        settings = {**command_settings(args), "group_size": args.group_size, "mode": args.mode}
-        shape = {"group_size": args.group_size, "mode": args.mode}
-        record = begin_run(store, args, "rollout", tasks, Path(args.tasks).stem, settings, shape)
         requests = requests_for(tasks, args.group_size, args.mode, args.max_attempts, _metadata(args))
-        authority = Project.at(args.project_dir).authority()
         started = time.monotonic()
-        with (
-            serving_policy(args, console, placement=placement) as policy,
-            local_stack(store, authority, [policy], host=placement.host) as stack,
-        ):
-            with progress_bar() as progress:
-                runner = Runner(
-                    store,
-                    agent,
-                    stack.endpoints,
-                    evaluator,
-                    config,
-                    on_update=track(progress, "rollouts", len(requests)),
-                    run=record.name,
-                    pools=placement.pools(authority, pools),
-                )
-                outcomes = asyncio.run(_run(runner, requests))
+        with experiment.serving(args, console) as stack, progress_bar() as progress:
+            runner = Runner(
+                store,
+                agent,
+                stack.endpoints,
+                evaluator,
+                config,
+                on_update=track(progress, "rollouts", len(requests)),
+                run=name,
+                pools=experiment.placed_pools(),
+            )
+            outcomes = asyncio.run(_run(runner, requests))
         print_summary(outcomes, time.monotonic() - started)
-        console.print(f"run {record.name}: `tether store rollouts --run {record.name}` lists its rollouts")
+        console.print(f"run {name}: `tether store rollouts --run {name}` lists its rollouts")
     finally:
         store.close()
         agent.close()

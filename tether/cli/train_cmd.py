@@ -13,13 +13,10 @@ from tether.cli.common import (
     add_ray_args,
     add_runner_kind_args,
     add_store_arg,
-    begin_run,
     engine_kind,
-    open_cli_store,
     policy_server_options,
-    runner_pools,
 )
-from tether.cli.placement import open_placement
+from tether.cli.experiment import open_experiment
 from tether.cli.plot_cmd import plot
 from tether.cli.progress import held_out_score, step_progress
 from tether.cli.reward_args import reward_setting, rewards_from_args
@@ -36,6 +33,7 @@ from tether.trainer.policies import PolicySpec, PolicySpecError, parse_policy
 if TYPE_CHECKING:
     from tether.store import Store, Task
     from tether.trainer.loop import FitResult, Trainer, TrainerConfig
+    from tether.trainer.placement import Placement
 
 console = Console(stderr=True)
 
@@ -370,7 +368,6 @@ def run(args: argparse.Namespace) -> int:
         _check_val_reward(args, evaluator, bool(val_tasks))
     except (TaskFileError, RewardError) as exc:
         raise SystemExit(f"tether: {exc}") from None
-    pools = runner_pools(args, "train", [*train_tasks, *val_tasks], agent)
     if evaluator is None and group_scorer is None:
         console.print("[yellow]no --reward: only rewards the agent reports itself will count[/]")
     try:
@@ -431,25 +428,37 @@ def run(args: argparse.Namespace) -> int:
     project = Project.at(args.project_dir)
     if args.resume and args.run is None:
         args.run = _latest_checkpointed(project)
-    store = open_cli_store(args, "train")
-    placement = open_placement(args, "train", console)
-    if args.ray is not None and args.learner_ranks > 1:  # the placement's learner: ranks on Ray
-        if config.policies:
-            raise SystemExit(
-                "tether train: several policies (--policy) are trained by the local learner for now: drop "
-                "--learner-ranks, or train one policy"
-            )
-        config.learner = "ray"
-    if config.from_run is not None:
-        _check_demonstrations(store, config, train_tasks, val_tasks)
+
+    def check(store: Store, placement: Placement) -> None:
+        if args.ray is not None and args.learner_ranks > 1:  # the placement's learner: ranks on Ray
+            if config.policies:
+                raise SystemExit(
+                    "tether train: several policies (--policy) are trained by the local learner for now: "
+                    "drop --learner-ranks, or train one policy"
+                )
+            config.learner = "ray"
+        if config.from_run is not None:
+            _check_demonstrations(store, config, train_tasks, val_tasks)
+
     named, shape = _command_line(args)
-    record = begin_run(store, args, "train", train_tasks, Path(args.tasks).stem, named, shape)
+    all_tasks = [*train_tasks, *val_tasks]
+    experiment = open_experiment(
+        args, "train", console, train_tasks, agent, named, shape, pool_tasks=all_tasks, check=check
+    )
+    store, record = experiment.store, experiment.record
     run_dir = project.state_dir / "runs" / record.name
     if args.fresh:
         _archive_folder(run_dir)
     config.server_options = policy_server_options(args, POLICY_UPSTREAM, run_dir)
-    authority = project.authority()
-    trainer = Trainer(config, run_dir, store, authority, run=record, pools=pools, placement=placement)
+    trainer = Trainer(
+        config,
+        run_dir,
+        store,
+        experiment.authority,
+        run=record,
+        pools=experiment.pools,
+        placement=experiment.placement,
+    )
     console.print(f"run folder: {run_dir}")
     try:
         with step_progress(console, config.total_steps) as show:
