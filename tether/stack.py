@@ -7,8 +7,8 @@ sweeper running. `tether rollout`, `tether train` and `tether optimize-prompt` d
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 
 from tether.compose import create_app
@@ -27,6 +27,17 @@ class LocalStack:
     url: str
     endpoints: AgentEndpoints
     sweeper: StaleSweeper
+    server: BackgroundServer
+
+    @asynccontextmanager
+    async def paused(self) -> AsyncIterator[None]:
+        """Model calls held and in-flight ones drained (a weight swap), in process, on the gateway's loop:
+        every recorded call then names the version that really produced it."""
+        await self.server.call(self.gateway.pause(drain=True))
+        try:
+            yield
+        finally:
+            await self.server.call(self.gateway.resume())
 
 
 @contextmanager
@@ -51,8 +62,9 @@ def local_stack(
     sweeper = StaleSweeper(store, heartbeat_timeout_s)
     sweeper.start()  # sweeps first: what a killed earlier run left running is requeued before any claim
     try:
-        with BackgroundServer(create_app(gateway), host=host) as url:
+        server = BackgroundServer(create_app(gateway), host=host)
+        with server as url:
             gateway.config.public_url = url
-            yield LocalStack(gateway, url, AgentEndpoints(url, authority), sweeper)
+            yield LocalStack(gateway, url, AgentEndpoints(url, authority), sweeper, server)
     finally:
         sweeper.stop()

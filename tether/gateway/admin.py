@@ -61,16 +61,11 @@ def create_admin_router(gateway: Gateway) -> APIRouter:
     @router.post("/pause")
     async def pause(body: PauseRequest | None = None) -> dict[str, Any]:
         body = body or PauseRequest()
-        gateway.admission.pause()
-        gateway.metrics.paused()
-        drained = await gateway.admission.drain(body.timeout_s) if body.drain else False
-        return {"paused": True, "drained": drained, "in_flight": gateway.admission.in_flight}
+        return await gateway.pause(body.drain, body.timeout_s)
 
     @router.post("/resume")
     async def resume() -> dict[str, Any]:
-        gateway.admission.resume()
-        gateway.metrics.resumed()
-        return {"paused": False}
+        return await gateway.resume()
 
     @router.get("/status")
     async def status() -> dict[str, Any]:

@@ -102,6 +102,19 @@ class Gateway:
             self._admission = Admission(self.config.hold_limit_s)
         return self._admission
 
+    async def pause(self, drain: bool = True, timeout_s: float | None = 600.0) -> dict[str, Any]:
+        """Hold new model calls (they wait, up to the hold limit); with `drain`, wait for in-flight ones.
+        Runs on the server's loop (`/admin/pause`, or `LocalStack.paused` from another thread)."""
+        self.admission.pause()
+        self.metrics.paused()
+        drained = await self.admission.drain(timeout_s) if drain else False
+        return {"paused": True, "drained": drained, "in_flight": self.admission.in_flight}
+
+    async def resume(self) -> dict[str, Any]:
+        self.admission.resume()
+        self.metrics.resumed()
+        return {"paused": False}
+
     def add_upstream(self, upstream: Upstream) -> None:
         self.upstreams[upstream.name] = upstream
 

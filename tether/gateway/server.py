@@ -13,9 +13,10 @@ import socket
 import threading
 import time
 from asyncio import TimerHandle
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, TypeVar
 
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -160,6 +161,9 @@ def url_of(sock: socket.socket, host: str) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
+T = TypeVar("T")
+
+
 class BackgroundServer:
     """`with BackgroundServer(app) as url:` serves the app on loopback from a daemon thread."""
 
@@ -175,9 +179,21 @@ class BackgroundServer:
         self.url = url_of(self.sock, host)
         config = server_config(app, timeouts=timeouts, log_level=log_level, timeout_graceful_shutdown=5)
         self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(
-            target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True, name="tether-gateway"
-        )
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True, name="tether-gateway")
+
+    def _run(self) -> None:
+        with asyncio.Runner(loop_factory=self.server.config.get_loop_factory()) as runner:
+            runner.run(self._serve())
+
+    async def _serve(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        await self.server.serve(sockets=[self.sock])
+
+    async def call(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Await `coroutine` on the server's own loop (its thread) from another loop."""
+        assert self.loop is not None, "the server is not running"
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coroutine, self.loop))
 
     def __enter__(self) -> str:
         self.thread.start()

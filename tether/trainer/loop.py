@@ -27,7 +27,6 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import httpx
 import orjson
 from rich.console import Console
 
@@ -55,7 +54,7 @@ from tether.runner.pool import WorkerPool
 from tether.runner.rewards import Evaluator, RewardError
 from tether.runner.runner import PoolFactory
 from tether.runner.runs import RunRecord, cancel_queued
-from tether.stack import local_stack
+from tether.stack import LocalStack, local_stack
 from tether.store import RolloutRequest, Store, Task
 from tether.store.auth import TokenAuthority
 from tether.store.reward_rule import named_reward
@@ -311,7 +310,7 @@ class Trainer:
                     pools=self.pools,
                 )
                 session = _Session(
-                    self, server, learners, runner, stack.url, train_tasks, val_tasks, group_scorer
+                    self, server, learners, runner, stack, train_tasks, val_tasks, group_scorer
                 )
                 session.unrouted = stack.gateway.unrouted
                 return asyncio.run(session.run(resume))
@@ -405,7 +404,7 @@ class _Session:
     server: PolicyServer
     learners: dict[str, Learner]  # by policy name; one, `policy`, unless several are trained
     runner: Runner
-    url: str
+    stack: LocalStack
     train_tasks: Sequence[Task]
     val_tasks: Sequence[Task]
     group_scorer: GroupScorer | None = None  # scores each group's rollouts together (a ranking judge)
@@ -699,15 +698,8 @@ class _Session:
         if not self.config.async_mode:
             await self._load(saved)
             return
-        # Admission is paused over HTTP: the gateway's event loop lives on its own thread. Draining
-        # first means every recorded call names the version that really produced it.
-        headers = {"Authorization": f"Bearer {self.trainer.auth.admin_token}"}
-        async with httpx.AsyncClient(base_url=self.url, headers=headers, timeout=900) as admin:
-            (await admin.post("/admin/pause", json={"drain": True})).raise_for_status()
-            try:
-                await self._load(saved)
-            finally:
-                (await admin.post("/admin/resume")).raise_for_status()
+        async with self.stack.paused():
+            await self._load(saved)
 
     async def _load(self, saved: list[tuple[str, PolicyWeights]]) -> None:
         await self.server.pause()
