@@ -27,7 +27,6 @@ from tether.trainer.placement import Placement
 
 @dataclass
 class Experiment:
-    command: str
     project: Project
     store: Store
     placement: Placement
@@ -89,4 +88,4 @@ def open_experiment(
         agent.close()
         raise
     project = Project.at(args.project_dir)
-    return Experiment(command, project, store, placement, record, pools)
+    return Experiment(project, store, placement, record, pools)
