@@ -4,7 +4,9 @@ resumed exactly; an agent label that maps to no policy stops the run."""
 
 from __future__ import annotations
 
+import itertools
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +40,17 @@ def two_role_agent(roles: tuple[str, ...] = ("writer", "rewriter")):  # noqa: AN
     return agent
 
 
+def distinct_rewards() -> Callable[[dict, str | None], float]:
+    """A reward of its own for every rollout, so every group has variance and all its samples are
+    trained on (the tiny model's random replies can tie in length, and a tied group is skipped)."""
+    counter = itertools.count()
+
+    def reward(task: dict, output: str | None) -> float:
+        return float(next(counter))
+
+    return reward
+
+
 def make_trainer(tmp_path: Path, **overrides: object) -> Trainer:
     return loop_trainer(tmp_path, **{"val_every": 0, "policies": POLICIES, **overrides})
 
@@ -52,7 +65,7 @@ def test_each_policy_trains_its_own_calls_and_serves_its_own_versions(tmp_path: 
     trainer = make_trainer(tmp_path)
     learners = own_learners(trainer)
     before = {name: learner_state(learner)["weights"] for name, learner in learners.items()}
-    result = trainer.fit(CallableAgent(two_role_agent()), TASKS, [], length_reward)
+    result = trainer.fit(CallableAgent(two_role_agent()), TASKS, [], distinct_rewards())
 
     train = [r for r in result.history if r["kind"] == "train"]
     assert [r["step"] for r in train] == [1, 2]
@@ -133,7 +146,7 @@ def test_a_fixed_agent_beside_two_policies_is_served_and_left_untrained(tmp_path
     trainer = make_trainer(tmp_path, steps=1, fixed_agents={"checker": None})
     own_learners(trainer)
     result = trainer.fit(
-        CallableAgent(two_role_agent(("writer", "checker", "rewriter"))), TASKS[:1], [], length_reward
+        CallableAgent(two_role_agent(("writer", "checker", "rewriter"))), TASKS[:1], [], distinct_rewards()
     )
     (record,) = [r for r in result.history if r["kind"] == "train"]
     assert record["samples.writer"] == record["samples.rewriter"] == 8  # 2 groups of 4, one call each
@@ -178,7 +191,7 @@ def test_async_two_policies_judge_staleness_by_each_policys_own_version(tmp_path
     loaded, version 0) the tokens would look -1 versions behind."""
     trainer = make_trainer(tmp_path, async_mode=True, checkpoint_every=0, max_staleness=0, steps=3)
     own_learners(trainer)
-    result = trainer.fit(CallableAgent(two_role_agent()), TASKS, [], length_reward)
+    result = trainer.fit(CallableAgent(two_role_agent()), TASKS, [], distinct_rewards())
     train = [r for r in result.history if r["kind"] == "train"]
     assert [r["step"] for r in train] == [1, 2, 3]
     assert all(r["samples.writer"] == r["samples.rewriter"] == 8 for r in train)
