@@ -30,13 +30,13 @@ from bench.trainer_bench import RESPONSE, batch_ids, model_folder
 from tether.adapters.transitions import Transition
 from tether.algorithms import assign_advantages
 from tether.ray.cluster import RayCluster, RaySettings, connect
-from tether.ray.workers import RayPool
 from tether.runner import CommandAgent, Runner, RunnerConfig
+from tether.runner.ray_pool import RayPool
 from tether.stack import local_stack
 from tether.store import RolloutRequest, SQLiteStore, Task
 from tether.store.auth import TokenAuthority
 
-SLEEP_AGENT = Path(__file__).resolve().parent.parent / "tests" / "ray" / "agents" / "sleep_agent.py"
+SLEEP_AGENT = Path(__file__).resolve().parent.parent / "tests" / "runner" / "agents" / "sleep_agent.py"
 
 
 def requests(count: int, sleep: float, prefix: str) -> list[RolloutRequest]:
@@ -107,8 +107,8 @@ def overhead(cluster: RayCluster, folder: Path, count: int) -> list[str]:
 def update_times(model: str, steps: int) -> None:
     import torch
 
-    from tether.ray.learner import RayLearner
     from tether.trainer import PolicyTrainer, TrainConfig
+    from tether.trainer.ray_learner import RayLearner
 
     config = TrainConfig(model=str(model_folder(model)), seed=0, bf16=False)
     vocab = json.loads((model_folder(model) / "config.json").read_text())["vocab_size"]

@@ -13,12 +13,11 @@ TETHER = Path(__file__).resolve().parent.parent / "tether"
 FLOORS: list[set[str]] = [
     # ground: shared contracts and small helpers
     {"contracts", "errors", "filemodes", "limits", "prompts", "registry", "sampling", "teacher"},
-    {"store", "engines"},  # records, and the model-format knowledge (catalogue, chat templates)
+    {"store", "engines", "ray"},  # records, the model-format knowledge, the Ray cluster and transfers
     {"gateway", "runner", "tracing", "adapters", "project"},  # calls recorded; records turned to samples
     {"policy_server", "algorithms", "rewards"},  # serving, advantages, reward sources
     {"dashboard", "compose", "stack"},  # the servers a command runs
     {"trainer"},  # the loop
-    {"ray"},  # scale-out under the seams
     {"cli"},  # commands
 ]
 

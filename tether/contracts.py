@@ -122,6 +122,7 @@ ADVANTAGE_METHODS: Final = ("grpo", "drgrpo", "rloo")
 DISTILLATION: Final = "opd"  # on-policy distillation from a teacher (`tether.algorithms.distill`)
 ALGORITHMS: Final = (*ADVANTAGE_METHODS, "sft", DISTILLATION)
 PROMPT_ALGORITHMS: Final = ("apo", "pareto")
+LEARNER_SHARDINGS: Final = ("replicate", "fsdp")  # `--learner-sharding` (tether.trainer.groups)
 
 # -- secrets from the environment (never Tether's command line: docs/security.md) --------------------
 

@@ -61,8 +61,8 @@ def _openai(request: pytest.FixtureRequest) -> PolicyServer:
 def _ray_replicas(request: pytest.FixtureRequest) -> PolicyServer:
     """`--ray --replicas 1` (not a registry kind: the placement wraps one): the built-in kind in a replica
     actor on the session's Ray cluster."""
+    from tether.policy_server.ray_replicas import ReplicaSet
     from tether.ray.cluster import RaySettings, connect
-    from tether.ray.replicas import ReplicaSet
 
     address = request.getfixturevalue("ray_cluster").address
     cluster = connect(RaySettings(address=address, replicas=1))
@@ -208,7 +208,7 @@ def _local_learner(request: pytest.FixtureRequest, config: TrainConfig) -> Learn
 def _ray_learner(request: pytest.FixtureRequest, config: TrainConfig) -> Learner:
     """`--learner-ranks 2`: two rank actors forming one gloo group on the session's Ray cluster."""
     from tether.ray.cluster import RaySettings, connect
-    from tether.ray.learner import RayLearner
+    from tether.trainer.ray_learner import RayLearner
 
     address = request.getfixturevalue("ray_cluster").address
     cluster = connect(RaySettings(address=address, learner_ranks=2))
@@ -254,7 +254,7 @@ def _local_pool(request: pytest.FixtureRequest, authority: TokenAuthority) -> Po
 def _ray_pool(request: pytest.FixtureRequest, authority: TokenAuthority) -> PoolBackend:
     """Two rollout-worker actors, one agent slot on each node of the session's Ray cluster."""
     from tether.ray.cluster import RaySettings, connect
-    from tether.ray.workers import RayPool
+    from tether.runner.ray_pool import RayPool
 
     address = request.getfixturevalue("ray_cluster").address
     cluster = connect(RaySettings(address=address, agent_resources={"agent_slot": 1}))

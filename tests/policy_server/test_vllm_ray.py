@@ -15,9 +15,9 @@ from tests.policy_server.conftest import direct, rig_over
 from tests.policy_server.test_vllm_swaps import random_adapter
 from tests.rigs import GatewayRig
 from tether.policy_server import PolicyServerOptions, PolicyWeights, VLLMOptions
+from tether.policy_server.ray_replicas import ReplicaSet
 from tether.policy_server.vllm import VLLMPolicyServer
 from tether.ray.cluster import RaySettings, connect
-from tether.ray.replicas import ReplicaSet
 
 MESSAGES = [{"role": "user", "content": "Name a color."}]
 GREEDY = {"temperature": 0.0, "max_tokens": 12, "seed": 1}

@@ -21,8 +21,9 @@ from tether.trainer.placement import LocalPlacement, Placement
 if TYPE_CHECKING:
     from tether.gateway.upstreams import Upstream
     from tether.policy_server import PolicyServer, PolicyServerOptions
+from tether.contracts import LEARNER_SHARDINGS
 from tether.project import Project
-from tether.ray.cluster import LEARNER_SHARDINGS, WEIGHT_TRANSFERS
+from tether.ray.cluster import WEIGHT_TRANSFERS
 from tether.runner.runs import RunError, RunRecord, default_run_name, start_run
 from tether.store import Store, StoreError, StoreOptions, StoreURLError, Task, open_store
 from tether.store.backends import STORE_ENV
@@ -163,11 +164,11 @@ def add_runner_kind_args(parser: argparse.ArgumentParser) -> None:
     """`--runner KIND`: where the agents run (a kind registered in tether/runner/pools.py), and the
     Kubernetes runner's options."""
     from tether.runner.k8s.cli import add_arguments
-    from tether.runner.pools import POOL_KINDS
+    from tether.runner.pools import PLACED_KINDS, POOL_KINDS
 
     parser.add_argument(
         "--runner",
-        choices=POOL_KINDS.kinds(),
+        choices=[kind for kind in POOL_KINDS.kinds() if kind not in PLACED_KINDS],
         default="local",
         help="local: agents are processes on this machine; k8s: one Kubernetes Job per attempt",
     )

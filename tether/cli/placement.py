@@ -50,7 +50,7 @@ def open_placement(args: argparse.Namespace, command: str, console: Console) -> 
         raise SystemExit(
             f"tether {command}: --replicas starts the servers; --policy-server names running ones: give one"
         )
-    from tether.ray.placement import RayPlacement
+    from tether.trainer.ray_placement import RayPlacement
 
     try:
         cluster = connect(settings, local_cpus=actors_asked(args))

@@ -1,13 +1,12 @@
-"""Scale-out on Ray: rollout workers on many nodes, policy-server replicas, a multi-rank learner.
+"""The Ray cluster, and how folders reach its nodes: what every Ray part shares.
 
 - `cluster.py`: `--ray [ADDRESS]` (connect or start), the advertised host, the placement report;
-- `workers.py`: rollout-worker actors, each running the worker pool (`tether.runner.pool`) on its node
-  against the store over HTTP, launching the unmodified agent there;
-- `replicas.py`: replica actors hosting any registered policy server kind, one sticky upstream over them;
-- `learner.py`: the learner of N ranks (one `torch.distributed` group);
-- `placement.py`: `RayPlacement`, what `--ray` places: the workers' pools, the replicas, the ranks;
 - `transfer.py`: how folders (weights, checkpoints) reach other nodes: by path on a shared filesystem,
   else through Ray's object store.
 
-Nothing here is imported by `import tether`; Ray is needed only when `--ray` is used.
+The Ray part of each seam lives under that seam: the rollout-worker pool in `tether.runner.ray_pool`,
+the policy-server replicas in `tether.policy_server.ray_replicas`, the learner's ranks in
+`tether.trainer.ray_learner`, and `RayPlacement`, which places all three, in
+`tether.trainer.ray_placement`. Nothing here is imported by `import tether`; Ray is needed only when
+`--ray` is used.
 """

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tether.trainer.config import LEARNER_SHARDINGS
+from tether.contracts import LEARNER_SHARDINGS
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 

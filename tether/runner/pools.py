@@ -34,5 +34,13 @@ def _kubernetes(options: Any) -> PoolFactory:
     return kubernetes_pools(options)
 
 
+def _ray(options: Any) -> PoolFactory:
+    from tether.runner.ray_pool import RayPool  # Ray loads only when `--ray` places the agents
+
+    return RayPool.factory(options.cluster, options.authority, options.announce)
+
+
 register("local", _local)
 register("k8s", _kubernetes)
+register("ray", _ray)  # chosen by `--ray` (tether.trainer.ray_placement), not by `--runner`
+PLACED_KINDS = ("ray",)

@@ -6,7 +6,7 @@
 The pool (`tether.runner.pool`) claims and runs the run's rollouts; the driver (`tether.runner.driver`)
 enqueues them and reads their outcomes from the store, so rollouts that workers elsewhere finished count.
 `config.n_workers = 0` makes a pure driver, for when the workers run elsewhere; `pools` builds another
-pool in place of the local one (the Ray pool of `tether.ray.workers`, say), called as `WorkerPool` is.
+pool in place of the local one (the Ray pool of `tether.runner.ray_pool`, say), called as `WorkerPool` is.
 """
 
 from __future__ import annotations

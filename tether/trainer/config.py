@@ -16,7 +16,6 @@ LLAMA_TARGET_MODULES: tuple[str, ...] = (
 )
 LOSS_AGGREGATIONS: tuple[str, ...] = ("rollout", "token")
 TIS_MODES: tuple[str, ...] = ("truncate", "mask")
-LEARNER_SHARDINGS: tuple[str, ...] = ("replicate", "fsdp")  # `--learner-sharding` (tether.trainer.groups)
 DEFAULT_LORA_LR = 1e-4
 DEFAULT_FULL_LR = 1e-5
 

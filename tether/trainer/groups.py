@@ -5,7 +5,7 @@ Every rank runs the same `PolicyTrainer.step` on its share and normalizes it by 
 (`batch_mass`), so the ranks' gradients add up to the single-rank one; the group only adds the
 collectives around it: it pads micro-batch plans where every forward is a collective, sums gradients and
 agrees on divergence, and shards and gathers the state. The learner built from Ray actors
-(`tether.ray.learner`) is `PolicyTrainer(config, group=Ranks(world, sharding))` on each rank.
+(`tether.trainer.ray_learner`) is `PolicyTrainer(config, group=Ranks(world, sharding))` on each rank.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import torch
 
 from tether.algorithms.advantages import Sample
-from tether.trainer.config import LEARNER_SHARDINGS
+from tether.contracts import LEARNER_SHARDINGS
 from tether.trainer.learner import TrainingDiverged
 
 if TYPE_CHECKING:

@@ -1,7 +1,7 @@
 """Where a command's parts run: the agents' pools, the policy server and the learner.
 
     placement = LocalPlacement()            # everything in this process (the default)
-    placement = RayPlacement(cluster)       # tether.ray.placement: actors on a Ray cluster
+    placement = RayPlacement(cluster)       # tether.trainer.ray_placement: actors on a Ray cluster
 
 `rollout`, `optimize-prompt` and `train` (and `Trainer`) ask the placement, and open their own part
 where it answers None. Adding a placement is one class with these four methods.

@@ -11,9 +11,9 @@ from pathlib import Path
 from ray.cluster_utils import Cluster
 
 from tether.ray.cluster import RaySettings, connect, node_label
-from tether.ray.workers import RayPool
 from tether.runner import CommandAgent, Runner, RunnerConfig
 from tether.runner.pool import worker_node
+from tether.runner.ray_pool import RayPool
 from tether.stack import local_stack
 from tether.store import RolloutRequest, RolloutStatus, SQLiteStore, Task
 from tether.store.auth import TokenAuthority

@@ -13,8 +13,8 @@ from ray.cluster_utils import Cluster
 from tests.learner_rig import assert_close, batch, params
 from tether.algorithms import AdvantageBatch, Sample
 from tether.engines.catalog import TINY_RANDOM, resolve_model
-from tether.ray.learner import RayLearner
 from tether.trainer import PolicyTrainer, TrainConfig
+from tether.trainer.ray_learner import RayLearner
 
 
 @pytest.fixture(scope="module")

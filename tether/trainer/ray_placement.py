@@ -14,10 +14,10 @@ from tether.ray.cluster import ActorPlacement, RayCluster, placement_table
 
 if TYPE_CHECKING:
     from tether.policy_server import PolicyServer, PolicyServerOptions
-    from tether.ray.learner import RayLearner
     from tether.runner.runner import PoolFactory
     from tether.store.auth import TokenAuthority
     from tether.trainer.config import TrainConfig
+    from tether.trainer.ray_learner import RayLearner
 
 
 class RayPlacement:
@@ -30,16 +30,17 @@ class RayPlacement:
         return self.cluster.bind_host
 
     def pools(self, authority: TokenAuthority, local: PoolFactory | None) -> PoolFactory:
-        from tether.ray.workers import RayPool
+        from tether.runner.pools import pool_factory
+        from tether.runner.ray_pool import RayPoolOptions
 
-        return RayPool.factory(self.cluster, authority, self._announce_workers)
+        return pool_factory("ray", RayPoolOptions(self.cluster, authority, self._announce_workers))
 
     def policy_server(self, kind: str, options: PolicyServerOptions) -> PolicyServer | None:
         """`--replicas N`: N replica actors, each its own server of `kind`, behind one sticky upstream."""
         replicas = self.cluster.settings.replicas
         if not replicas:
             return None
-        from tether.ray.replicas import ReplicaSet
+        from tether.policy_server.ray_replicas import ReplicaSet
 
         options = replace(options, vllm=replace(options.vllm, replicas=1, port=0))  # one server per actor
         with self.console.status(f"starting {replicas} {kind} replica(s) of {options.model} ..."):
@@ -53,7 +54,7 @@ class RayPlacement:
         settings = self.cluster.settings
         if settings.learner_ranks <= 1:
             return None
-        from tether.ray.learner import RayLearner
+        from tether.trainer.ray_learner import RayLearner
 
         learner = RayLearner(config, settings.learner_ranks, self.cluster, settings.learner_sharding)
         self.report(learner.placements())

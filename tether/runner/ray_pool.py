@@ -117,6 +117,15 @@ def worker_class(cpus: float, resources: dict[str, float]) -> Any:
     return actor.options(num_cpus=cpus, resources=resources or None, max_concurrency=4, max_restarts=0)
 
 
+@dataclass(frozen=True)
+class RayPoolOptions:
+    """What the registered `ray` pool kind is made from (`tether.runner.pools`)."""
+
+    cluster: RayCluster
+    authority: TokenAuthority
+    announce: Callable[[list[ActorPlacement], int], None] | None = None
+
+
 class RayPool:
     """The runner's pool, made of `n_workers` actors placed by the cluster (see the module docstring)."""
 

@@ -31,8 +31,9 @@ from typing import Any
 
 from tether.adapters.transitions import Transition
 from tether.algorithms.advantages import AdvantageBatch, Sample, batch_mass
+from tether.contracts import LEARNER_SHARDINGS
 from tether.policy_server.base import PolicyWeights
-from tether.ray.cluster import LEARNER_SHARDINGS, ActorPlacement, RayCluster, placement_of, where_am_i
+from tether.ray.cluster import ActorPlacement, RayCluster, placement_of, where_am_i
 from tether.ray.transfer import Folder, FolderSender, pack, unpack
 from tether.trainer.config import TrainConfig
 from tether.trainer.groups import split_by_tokens
