@@ -418,7 +418,7 @@ def run_tether(settings: Settings, train: Path, val: Path, out: Path, stamp: str
 
 
 def trl_command(settings: Settings, python: Path, train: Path, val: Path, points: Path) -> list[str]:
-    from tether.engines.catalog import resolve_model
+    from tether.models.catalog import resolve_model
 
     folder = resolve_model(settings.model)
     args = [str(python), str(TRL_SCRIPT), "--model", str(folder), "--train", str(train), "--val", str(val)]

@@ -162,7 +162,7 @@ def main() -> int:
     import shutil
 
     from bench import trees
-    from tether.engines.catalog import TINY_RANDOM, resolve_model
+    from tether.models.catalog import TINY_RANDOM, resolve_model
 
     model_path = resolve_model(TINY_RANDOM)
     columns: list[tuple[str, Path]] = []

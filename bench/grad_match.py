@@ -168,7 +168,7 @@ def sample_group(engine: Any, prompt: list[int], seeds: list[int]) -> list[Any]:
 def prompt_checks(engine: Any, question: str) -> dict[str, Any]:
     """The engine's prompt ids against the HF tokenizer's template (add_generation_prompt=True)."""
     from bench.efficacy_agent import messages
-    from tether.engines.chat_template import ChatTemplate
+    from tether.models.chat_template import ChatTemplate
 
     convo = messages(question)
     engine_ids = engine.chat_prompt_ids(convo)
@@ -764,8 +764,8 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     from bench import refenv
-    from tether.engines.catalog import resolve_model
     from tether.engines.transformers_engine import TransformersEngine
+    from tether.models.catalog import resolve_model
 
     torch.set_num_threads(args.threads)
     trl_python = refenv.ensure_trl(folder / "trl-install.log")

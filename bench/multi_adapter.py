@@ -32,7 +32,7 @@ def make_adapter(folder: Path, seed: int) -> Path:
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from tether.engines.catalog import resolve_model
+    from tether.models.catalog import resolve_model
 
     torch.manual_seed(seed)
     base = AutoModelForCausalLM.from_pretrained(resolve_model(MODEL))

@@ -26,7 +26,7 @@ def batch_ids(vocab: int, seed: int = 0) -> list[tuple[list[int], list[int]]]:
 
 
 def model_folder(model: str) -> Path:
-    from tether.engines.catalog import resolve_model
+    from tether.models.catalog import resolve_model
 
     return resolve_model(model)
 

@@ -44,6 +44,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(marker)
 
 
+@pytest.fixture(scope="session")
+def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("tether-models")
+
+
+@pytest.fixture(scope="session")
+def tiny_path(model_cache: Path) -> Path:
+    """The tiny random model's folder (`tether.models.catalog`), built once per session."""
+    from tether.models.catalog import TINY_RANDOM, resolve_model
+
+    return resolve_model(TINY_RANDOM, model_cache)
+
+
 # One real Ray cluster for every test that needs one: a head and one worker node, each with one
 # `agent_slot` (so two agent slots land one per node) and 4 logical CPUs. Starting Ray is slow on small
 # machines, so the cluster is started once and tests join it as drivers.

@@ -12,8 +12,8 @@ TETHER = Path(__file__).resolve().parent.parent / "tether"
 
 FLOORS: list[set[str]] = [
     # ground: shared contracts and small helpers
-    {"contracts", "errors", "filemodes", "limits", "prompts", "registry", "sampling", "teacher"},
-    {"store", "engines", "ray"},  # records, the model-format knowledge, the Ray cluster and transfers
+    {"contracts", "errors", "filemodes", "limits", "models", "prompts", "registry", "sampling", "teacher"},
+    {"store", "engines", "ray"},  # records, the built-in engine, the Ray cluster and transfers
     {"gateway", "runner", "tracing", "adapters", "project"},  # calls recorded; records turned to samples
     {"policy_server", "algorithms", "rewards"},  # serving, advantages, reward sources
     {"dashboard", "compose", "stack"},  # the servers a command runs

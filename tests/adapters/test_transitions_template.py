@@ -27,7 +27,7 @@ REPLY = "The answer is 4."
 def tokenizer() -> Any:
     from transformers import AutoTokenizer
 
-    from tether.engines import resolve_model
+    from tether.models.catalog import resolve_model
 
     return AutoTokenizer.from_pretrained(resolve_model("smollm2-135m"))
 

@@ -13,7 +13,7 @@ import torch
 
 from tests.serve_process import serve_process
 from tether.cli.main import main
-from tether.engines.catalog import TINY_RANDOM, resolve_model
+from tether.models.catalog import TINY_RANDOM, resolve_model
 from tether.store import SQLiteStore
 
 AGENTS = Path(__file__).parent / "agents"

@@ -20,8 +20,8 @@ from tests.learner_rig import transition as rig_transition
 from tests.learner_rig import transitions as rig_transitions
 from tether.adapters.transitions import Transition
 from tether.algorithms.advantages import AdvantageBatch, assign_advantages
-from tether.engines.catalog import SMOLLM2, TINY_RANDOM
 from tether.gateway.upstreams import Upstream
+from tether.models.catalog import SMOLLM2, TINY_RANDOM
 from tether.policy_server import (
     OpenAIOptions,
     PolicyServer,

@@ -14,7 +14,7 @@ import pytest
 from tests.contracts.conftest import gap, on_policy_batch, served_logprobs, transition, transitions
 from tether.adapters.transitions import Transition
 from tether.algorithms.advantages import AdvantageBatch, Sample, assign_advantages
-from tether.engines.catalog import TINY_RANDOM
+from tether.models.catalog import TINY_RANDOM
 from tether.policy_server import PolicyServerOptions, open_policy_server
 from tether.trainer.config import TrainConfig
 from tether.trainer.learner import Learner, TrainingDiverged

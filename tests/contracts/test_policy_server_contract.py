@@ -18,8 +18,8 @@ import pytest
 from tests.contracts.conftest import ServerKind, Versions, gap, served_logprobs
 from tests.policy_server.conftest import rig_over
 from tests.rigs import GatewayRig
-from tether.engines.catalog import resolve_model
 from tether.gateway.upstreams import CallRecord, Upstream
+from tether.models.catalog import resolve_model
 from tether.policy_server import PolicyServer, PolicyServerError, PolicyWeights, ServesSeveralPolicies
 from tether.store import Span
 

@@ -5,18 +5,6 @@ from pathlib import Path
 
 import pytest
 
-from tether.engines.catalog import TINY_RANDOM, resolve_model
-
-
-@pytest.fixture(scope="session")
-def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("tether-models")
-
-
-@pytest.fixture(scope="session")
-def tiny_path(model_cache: Path) -> Path:
-    return resolve_model(TINY_RANDOM, model_cache)
-
 
 @pytest.fixture(scope="session")
 def engine(tiny_path: Path) -> Iterator:

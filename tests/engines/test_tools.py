@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 from transformers import AutoTokenizer
 
-from tether.engines.tools import (
+from tether.engines.transformers_engine import TransformersEngine
+from tether.models.tools import (
     CLOSE,
     OPEN,
     ToolCallStream,
@@ -20,7 +21,6 @@ from tether.engines.tools import (
     render_tool_call,
     template_supports_tools,
 )
-from tether.engines.transformers_engine import TransformersEngine
 
 WEATHER = {
     "type": "function",

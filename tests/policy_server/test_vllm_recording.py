@@ -87,8 +87,8 @@ def test_tools_prompt_is_the_builtin_engines(vllm_rig: GatewayRig) -> None:
     is token for token the one the built-in engine's fallback format builds."""
     from transformers import AutoTokenizer
 
-    from tether.engines.catalog import resolve_model
-    from tether.engines.tools import prepare_messages
+    from tether.models.catalog import resolve_model
+    from tether.models.tools import prepare_messages
 
     rollout_id, base_url, key = vllm_rig.session()
     client(base_url, key).chat.completions.create(

@@ -27,7 +27,7 @@ def random_adapter(folder: Path, seed: int) -> Path:
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from tether.engines.catalog import resolve_model
+    from tether.models.catalog import resolve_model
     from tether.trainer.config import LLAMA_TARGET_MODULES
 
     torch.manual_seed(seed)
@@ -104,7 +104,7 @@ def test_full_weights_reload_in_place_with_their_version(
     import torch
     from transformers import AutoModelForCausalLM
 
-    from tether.engines.catalog import resolve_model
+    from tether.models.catalog import resolve_model
 
     base = resolve_model("smollm2-135m")
     model = AutoModelForCausalLM.from_pretrained(base)

@@ -18,9 +18,9 @@ from tether.adapters import build_transitions
 from tether.adapters.demonstrations import NoDemonstrations, build_demonstrations, demonstration_rollouts
 from tether.algorithms import DemonstrationInRLBatch, Sample, assign_advantages, imitation_batch
 from tether.contracts import Meta
-from tether.engines.catalog import TINY_RANDOM, resolve_model
-from tether.engines.chat_template import ChatTemplate
-from tether.engines.tools import parse_tool_calls
+from tether.models.catalog import TINY_RANDOM, resolve_model
+from tether.models.chat_template import ChatTemplate
+from tether.models.tools import parse_tool_calls
 from tether.project import Project
 from tether.store import RolloutStatus, SQLiteStore
 from tether.teacher import NoReference, Reply, ToolCall, first_user_text, teacher_app, tool_results

@@ -12,7 +12,7 @@ from tests.learner_rig import PROMPT, transition
 from tether.adapters.transitions import Transition
 from tether.algorithms import Sample, assign_advantages
 from tether.algorithms.advantages import AdvantageBatch, AdvantageReport
-from tether.engines.catalog import TINY_RANDOM, resolve_model
+from tether.models.catalog import TINY_RANDOM, resolve_model
 from tether.trainer import PolicyTrainer, TrainConfig, TrainingDiverged
 from tether.trainer.policy import plan_micro_batches, policy_loss
 

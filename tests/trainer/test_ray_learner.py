@@ -12,7 +12,7 @@ from ray.cluster_utils import Cluster
 
 from tests.learner_rig import assert_close, batch, params
 from tether.algorithms import AdvantageBatch, Sample
-from tether.engines.catalog import TINY_RANDOM, resolve_model
+from tether.models.catalog import TINY_RANDOM, resolve_model
 from tether.trainer import PolicyTrainer, TrainConfig
 from tether.trainer.ray_learner import RayLearner
 

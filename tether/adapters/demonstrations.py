@@ -2,7 +2,7 @@
 
 A rollout recorded against an external upstream (a scripted teacher, a hosted API) has its calls' text
 but not tokens the policy generated. `build_demonstrations` renders each recorded call with the
-policy's own chat template (`tether.engines.chat_template`): the prompt exactly as the built-in engine
+policy's own chat template (`tether.models.chat_template`): the prompt exactly as the built-in engine
 would render it, and the answer (content and tool calls) as the tokens the policy would have to generate
 to give it. The transitions are marked `demonstration`, carry no logprobs (0.0) and no policy version,
 and are trained on by imitation only (`tether.algorithms.imitation_batch`); an RL batch refuses them.
@@ -24,7 +24,7 @@ from typing import Any
 from tether.adapters.build import ALL_ROWS, _AgentFilter, _Call, _Chain, _label_agents, _last_attempt
 from tether.adapters.transitions import Transition
 from tether.contracts import CallAttr, Origin, SpanStatus, is_call_span
-from tether.engines.chat_template import ChatTemplate, TemplateError
+from tether.models.chat_template import ChatTemplate, TemplateError
 from tether.sampling import RAW
 from tether.store.base import Store
 from tether.store.models import Rollout, RolloutStatus, Span

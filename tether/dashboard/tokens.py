@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from tether.engines.catalog import resolve_model
+from tether.models.catalog import resolve_model
 
 
 class TokenDecoder:

@@ -1,4 +1,6 @@
-"""Model engines. Heavy modules (torch, transformers) load only when their names are first used."""
+"""The built-in model engine (torch): continuous batching, stacked LoRA rows, the processed sampling
+distribution. What a model's format is (catalogue, chat template, tool calls) is `tether.models`. Heavy
+modules (torch, transformers) load only when their names are first used."""
 
 from __future__ import annotations
 
@@ -7,23 +9,18 @@ from typing import TYPE_CHECKING, Any
 from .base import Engine, GeneratedToken, Generation, GenerationDone, SamplingParams
 
 if TYPE_CHECKING:
-    from .catalog import CATALOGUE, resolve_model
     from .transformers_engine import TransformersEngine
 
 __all__ = [
-    "CATALOGUE",
     "Engine",
     "GeneratedToken",
     "Generation",
     "GenerationDone",
     "SamplingParams",
     "TransformersEngine",
-    "resolve_model",
 ]
 
 _LAZY = {
-    "CATALOGUE": "catalog",
-    "resolve_model": "catalog",
     "TransformersEngine": "transformers_engine",
 }
 

@@ -81,7 +81,7 @@ class Engine(Protocol):
     ) -> list[int]:
         """Render chat messages with the model's chat template (generation prompt added) into token ids.
 
-        `tools` are rendered as `tether.engines.tools` describes; `tool_choice` is `"required"`, a named
+        `tools` are rendered as `tether.models.tools` describes; `tool_choice` is `"required"`, a named
         function (`{"type": "function", "function": {"name": ...}}`) or None.
         """
         ...

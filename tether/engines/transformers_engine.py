@@ -55,11 +55,12 @@ import torch.nn.functional as F
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 from transformers.cache_utils import DynamicLayer
 
+from tether.models.catalog import CATALOGUE, resolve_model
+from tether.models.tools import prepare_messages, template_supports_tools
+
 from .base import DEFAULT_POLICY, GeneratedToken, Generation, GenerationDone, SamplingParams
-from .catalog import CATALOGUE, resolve_model
 from .row_lora import RowLoRA
 from .sampling import draw, processed_logprobs
-from .tools import prepare_messages, template_supports_tools
 
 log = logging.getLogger(__name__)
 
@@ -226,7 +227,7 @@ class TransformersEngine:
         tool_choice: Any = None,
     ) -> list[int]:
         """Render with the chat template; tools natively if the template supports them, else in the
-        fallback format of `tether.engines.tools`."""
+        fallback format of `tether.models.tools`."""
         native = template_supports_tools(self.tokenizer.chat_template)
         prepared = prepare_messages(messages, tools, tool_choice, native=native)
         kwargs: dict[str, Any] = {"add_generation_prompt": True, "tokenize": True}

@@ -24,7 +24,7 @@ DEFAULT_FULL_LR = 1e-5
 class TrainConfig:
     """Everything the policy update needs. `lr=None` picks 1e-4 with LoRA and 1e-5 for full fine-tuning."""
 
-    model: str  # catalogue name (see tether.engines.catalog) or local HF folder
+    model: str  # catalogue name (see tether.models.catalog) or local HF folder
     lora: bool = True
     lora_r: int = 16
     lora_alpha: int = 32

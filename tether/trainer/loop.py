@@ -36,9 +36,9 @@ from tether.algorithms import AdvantageBatch, assign_advantages, imitation_batch
 from tether.algorithms.advantages import UnreproducibleSampling, advantage_method
 from tether.algorithms.distill import distill_advantages
 from tether.contracts import ALGORITHMS, DEFAULT_ROUTE, DISTILLATION, POLICY_UPSTREAM, Meta
-from tether.engines.chat_template import ChatTemplate
 from tether.gateway import HTTPUpstream, HTTPUpstreamConfig
 from tether.gateway.upstreams import Upstream
+from tether.models.chat_template import ChatTemplate
 from tether.policy_server import (
     PolicyServer,
     PolicyServerOptions,
@@ -952,7 +952,7 @@ def _group_tags(tasks: Sequence[Task]) -> list[str]:
 def _student_tokenizer(model: str) -> Any:
     from transformers import AutoTokenizer
 
-    from tether.engines.catalog import resolve_model
+    from tether.models.catalog import resolve_model
 
     return AutoTokenizer.from_pretrained(resolve_model(model))
 

@@ -73,8 +73,8 @@ from tether.algorithms.advantages import (
     refuse_unreproducible_sampling,
     sample_mass,
 )
-from tether.engines.catalog import resolve_model
 from tether.engines.sampling import processed_logprobs
+from tether.models.catalog import resolve_model
 from tether.policy_server.base import PolicyWeights
 from tether.sampling import Sampler
 from tether.trainer.config import TrainConfig

@@ -171,7 +171,7 @@ def test_adapter_swap_changes_recorded_policy_version(engine_rig: GatewayRig, ti
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from tether.engines import resolve_model
+    from tether.models.catalog import resolve_model
 
     base = AutoModelForCausalLM.from_pretrained(resolve_model("tiny-random"))
     config = LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False)

@@ -10,14 +10,6 @@ from dataclasses import replace
 from typing import Any
 
 from tether.engines.base import DEFAULT_POLICY, Engine, Generation, GenerationDone, SamplingParams
-from tether.engines.tools import (
-    ParsedOutput,
-    ToolCallStream,
-    ToolPlan,
-    ToolRequestError,
-    parse_tool_calls,
-    plan_tools,
-)
 from tether.gateway.errors import GatewayError
 from tether.gateway.upstreams.base import (
     CallKind,
@@ -27,6 +19,14 @@ from tether.gateway.upstreams.base import (
     wants_logprobs,
 )
 from tether.gateway.upstreams.sse import sse
+from tether.models.tools import (
+    ParsedOutput,
+    ToolCallStream,
+    ToolPlan,
+    ToolRequestError,
+    parse_tool_calls,
+    plan_tools,
+)
 from tether.sampling import unreproducible_parameters
 
 DEFAULT_MAX_TOKENS = 512

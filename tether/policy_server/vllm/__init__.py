@@ -40,7 +40,7 @@ def open_vllm(options: PolicyServerOptions) -> VLLMPolicyServer:
         return connect_external(
             vllm.urls, name=options.name, need_pause=options.need_pause, policies=options.policies
         )
-    from tether.engines.catalog import resolve_model
+    from tether.models.catalog import resolve_model
 
     install = find_vllm(vllm.python)
     model_dir = resolve_model(options.model)

@@ -33,7 +33,7 @@ INSTALL_COMMAND = (
     ".venv-vllm/bin/pip install vllm)"
 )
 SUPERVISOR = Path(__file__).with_name("supervise.py")
-CHAT_TEMPLATE = Path(__file__).parents[2] / "engines" / "chat_templates" / "chatml-tools.jinja"
+CHAT_TEMPLATE = Path(__file__).parents[2] / "models" / "chat_templates" / "chatml-tools.jinja"
 READY_TIMEOUT_S = 900.0
 
 

@@ -353,7 +353,7 @@ def model_has_tool_template(model_dir: Path) -> bool:
     """Whether the model's own chat template renders tools (then vLLM uses it, not ours)."""
     import json
 
-    from tether.engines.tools import template_supports_tools
+    from tether.models.tools import template_supports_tools
 
     config = model_dir / "tokenizer_config.json"
     template_file = model_dir / "chat_template.jinja"

@@ -1,7 +1,7 @@
 """A model's chat template as token ids, without loading the model: the prompt the built-in engine would
 give the policy for a chat request (the same rendering as `TransformersEngine.chat_prompt_ids`), and the
 tokens the policy would have to generate to give a recorded answer (content and tool calls, in the
-template's own tool format or the fallback one of `tether.engines.tools`).
+template's own tool format or the fallback one of `tether.models.tools`).
 
 This is how another model's text (a teacher's, a hosted API's) becomes a training sample for the policy:
 the recorded messages are rendered with the policy's template, never with the other model's.
@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tether.engines.tools import prepare_messages, template_supports_tools
+from tether.models.tools import prepare_messages, template_supports_tools
 
 
 class TemplateError(ValueError):
@@ -32,7 +32,7 @@ class ChatTemplate:
     def for_model(cls, model: str, cache_dir: Path | None = None) -> ChatTemplate:
         from transformers import AutoTokenizer
 
-        from tether.engines.catalog import resolve_model
+        from tether.models.catalog import resolve_model
 
         return cls(AutoTokenizer.from_pretrained(resolve_model(model, cache_dir)))
 

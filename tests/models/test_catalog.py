@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tether.engines import catalog
-from tether.engines.catalog import CATALOGUE, TINY_RANDOM, resolve_model
+from tether.models import catalog
+from tether.models.catalog import CATALOGUE, TINY_RANDOM, resolve_model
 
 
 def _digest(path: Path) -> str:
