@@ -186,13 +186,10 @@ class AuthError(Exception):
         """Why a dead or misdirected rollout token is refused, in a sentence (for the error message)."""
         rollout, attempt, current = self.rollout_id, self.attempt, self.current
         if self.refusal is Refusal.ATTEMPT_OVER:
+            over = f"attempt {attempt} of rollout {rollout} is over"
             if current is not None and attempt is not None and current > attempt:
-                return (
-                    f"attempt {attempt} of rollout {rollout} is over: a retry (attempt {current}) replaced it"
-                )
-            return (
-                f"attempt {attempt} of rollout {rollout} is over: it ended and the rollout is {self.status}"
-            )
+                return f"{over}: a retry (attempt {current}) replaced it"
+            return f"{over}: it ended and the rollout is {self.status}"
         if self.refusal is Refusal.EXPIRED:
             return f"rollout {rollout} finished ({self.status}): its tokens no longer work"
         if self.refusal is Refusal.NOT_STARTED:

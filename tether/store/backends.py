@@ -48,7 +48,7 @@ def default_store_url(project_dir: str | Path = ".") -> str:
 
 
 def scheme_of(url: str) -> str:
-    if url == "memory:" or url.startswith("memory:"):
+    if url.startswith("memory:"):
         return "memory"
     parts = urlsplit(url)
     # A bare path (or a Windows drive letter) is a SQLite file.

@@ -48,14 +48,6 @@ def is_session(rollout: Rollout) -> bool:
     return bool(rollout.metadata.get(Meta.SESSION))
 
 
-def can_go_stale(rollout: Rollout) -> bool:
-    return rollout.status == RolloutStatus.running and not is_session(rollout)
-
-
-def next_attempt(rollout: Rollout) -> int:
-    return rollout.attempt_count + 1
-
-
 def close_attempt(rollout: Rollout, status: RolloutStatus, attempt: int | None) -> Closing:
     """Close the rollout's current attempt (or, with `attempt` None, whatever it is doing) with `status`."""
     status = RolloutStatus(status)

@@ -10,6 +10,7 @@ Afterwards every table's count is checked.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,13 +38,11 @@ def migrate_store(
     force: bool = False,
     progress: Progress | None = None,
 ) -> CopyReport:
-    source = open_tables(source_url, project_dir)
-    try:
+    with ExitStack() as closing:
+        source = open_tables(source_url, project_dir)
+        closing.callback(source.close)
         target = open_tables(target_url, project_dir)
-    except BaseException:
-        source.close()
-        raise
-    try:
+        closing.callback(target.close)
         if source.where == target.where:
             raise MigrateError(f"the source and the target are the same store: {source.where}")
         before = {table: target.count(table) for table in TABLES}
@@ -57,9 +56,6 @@ def migrate_store(
         target.commit()
         _verify(source, target, before, report)
         return report
-    finally:
-        target.close()
-        source.close()
 
 
 def _copy(source: Tables, target: Tables, keep_seq: bool, progress: Progress | None) -> CopyReport:

@@ -36,22 +36,13 @@ def _of_attempt(reward: Reward, attempt: int | None, agent_rewards: bool) -> boo
     )
 
 
-def is_final_candidate(
-    reward: Reward, attempt: int | None, name: str | None = None, *, agent_rewards: bool = True
-) -> bool:
-    return (
-        reward.primary
-        and (name is None or reward.name == name)
-        and _of_attempt(reward, attempt, agent_rewards)
-    )
-
-
 def final_reward(
     rewards: Sequence[Reward], attempt: int | None, name: str | None = None, *, agent_rewards: bool = True
 ) -> float | None:
     """The final reward of `attempt`, from rewards in store insertion order (as `query_rewards` gives)."""
     for reward in reversed(rewards):
-        if is_final_candidate(reward, attempt, name, agent_rewards=agent_rewards):
+        primary = reward.primary and (name is None or reward.name == name)
+        if primary and _of_attempt(reward, attempt, agent_rewards):
             return reward.value
     return None
 

@@ -24,10 +24,7 @@ def query_rollouts_by_scanning(store: Store, query: RolloutQuery) -> RolloutPage
     while True:
         batch = store.list_rollouts(status=query.status, run=query.run, limit=SCAN_BATCH, offset=offset)
         offset += len(batch)
-        for rollout in batch:
-            row = _row_if_matching(store, rollout, query)
-            if row is not None:
-                matches.append(row)
+        matches += [row for r in batch if (row := _row_if_matching(store, r, query)) is not None]
         if len(batch) < SCAN_BATCH:
             break
     if not query.oldest_first:

@@ -76,7 +76,7 @@ def _error_response(
 
 async def _api_error(_: Request, exc: Exception) -> Response:
     assert isinstance(exc, StoreAPIError)
-    return _error_response(exc.status, exc.message, exc.type, exc.code, exc.param)
+    return exc.response()
 
 
 async def _store_error(_: Request, exc: Exception) -> Response:
@@ -219,14 +219,6 @@ def _authenticate(store: Store, auth: TokenAuthority, token: str | None) -> Call
     return caller
 
 
-def _require_admin(caller: Caller) -> None:
-    if not caller.is_admin:
-        raise _forbidden(
-            "this route needs the admin token; a rollout token may only read its rollout, heartbeat it, "
-            "add its spans and rewards, and read resources"
-        )
-
-
 def _as_seen_by(caller: Caller, rollout: Rollout) -> Rollout:
     """A rollout as the caller may read it: an agent's token never gets the task's reference."""
     return rollout if caller.is_admin else rollout.model_copy(update={"input": agent_task(rollout.input)})
@@ -242,11 +234,6 @@ def _require_rollout(caller: Caller, rollout_ids: Sequence[str]) -> None:
     others = sorted({rollout_id for rollout_id in rollout_ids if rollout_id != caller.rollout_id})
     if others:
         raise _forbidden(f"this token is scoped to rollout {caller.rollout_id!r}, not {', '.join(others)}")
-
-
-def _require_attempt(caller: Caller, attempt: int) -> None:
-    if not caller.is_admin and attempt != caller.attempt:
-        raise _forbidden(f"this token is scoped to attempt {caller.attempt} of its rollout, not {attempt}")
 
 
 # -- routes ---------------------------------------------------------------------------------------------
@@ -283,8 +270,10 @@ def _own_rollout(who: Caller, arguments: Arguments) -> None:
 
 
 def _own_attempt(who: Caller, arguments: Arguments) -> None:
-    _require_rollout(who, [arguments["rollout_id"]])
-    _require_attempt(who, arguments["attempt"])
+    _own_rollout(who, arguments)
+    attempt = arguments["attempt"]
+    if not who.is_admin and attempt != who.attempt:
+        raise _forbidden(f"this token is scoped to attempt {who.attempt} of its rollout, not {attempt}")
 
 
 def _own(key: str, stamp: Callable[[Any, int | None], Any]) -> Callable[[Caller, Arguments], None]:
@@ -368,7 +357,11 @@ def create_store_router(store: Store, auth: TokenAuthority, *, max_wait_s: float
         return _authenticate(store, auth, credentials.credentials.strip() if credentials else None)
 
     def admin(who: Annotated[Caller, Depends(caller)]) -> Caller:
-        _require_admin(who)
+        if not who.is_admin:
+            raise _forbidden(
+                "this route needs the admin token; a rollout token may only read its rollout, heartbeat "
+                "it, add its spans and rewards, and read resources"
+            )
         return who
 
     def endpoint(route: Route) -> Callable[..., Any]:

@@ -73,10 +73,8 @@ def page_sql(query: RolloutQuery) -> tuple[str, list[Any]]:
 def count_sql(query: RolloutQuery) -> tuple[str, list[Any]]:
     """How many match, counting at most `count_cap + 1` (one more says the cap was passed)."""
     clause, params = _where(query)
-    return f"SELECT COUNT(*) AS n FROM (SELECT 1 FROM rollouts r {clause} LIMIT ?)", [
-        *params,
-        query.count_cap + 1,
-    ]
+    sql = f"SELECT COUNT(*) AS n FROM (SELECT 1 FROM rollouts r {clause} LIMIT ?)"
+    return sql, [*params, query.count_cap + 1]
 
 
 def page(found: list[rows.Row], total: int, query: RolloutQuery) -> RolloutPage:

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Protocol
 
 from tether.store.base import StoreError
-from tether.store.sql.rows import BATCH, TABLES, Rows, columns, strip_seq
+from tether.store.sql.rows import BATCH, TABLES, Rows, names, strip_seq
+from tether.store.sqlite import SYNTAX, SQLiteStore
 
 
 class Tables(Protocol):
@@ -48,8 +49,6 @@ class SQLiteTables:
     }
 
     def __init__(self, path: Path) -> None:
-        from tether.store.sqlite import SQLiteStore
-
         self.where = str(path.resolve())
         SQLiteStore(path).close()  # creates the file, or brings an older one's schema up to date
         self._db = sqlite3.connect(path, isolation_level=None)
@@ -70,13 +69,9 @@ class SQLiteTables:
         if not self._in_copy:
             self._db.execute("BEGIN IMMEDIATE")
             self._in_copy = True
-        names = columns(table, keep_seq)
-        marks = ", ".join("?" * len(names))
         before = self._db.total_changes
-        self._db.executemany(
-            f"INSERT OR IGNORE INTO {table} ({', '.join(names)}) VALUES ({marks})",  # noqa: S608
-            strip_seq(table, rows, keep_seq),
-        )
+        insert = SYNTAX.insert(table, names(table, keep_seq), ignore=True)
+        self._db.executemany(insert, strip_seq(table, rows, keep_seq))
         return self._db.total_changes - before
 
     def commit(self) -> None:

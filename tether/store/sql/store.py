@@ -159,7 +159,7 @@ class SQLStore:
 
     def _open_attempt(self, tx: Tx, rollout: Rollout, worker_id: str) -> Claim:
         started = now()
-        number = lifecycle.next_attempt(rollout)
+        number = rollout.attempt_count + 1
         tx.run(
             "UPDATE rollouts SET status = 'running', attempt_count = ?, started_at = COALESCE(started_at, ?) "
             "WHERE id = ?",
@@ -316,7 +316,8 @@ class SQLStore:
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if all(i in finished for i in ids) or (remaining is not None and remaining <= 0):
                     return [finished[i] for i in ids if i in finished]
-                waiter.event.wait(_shortest(remaining, self.dialect.recheck_s))
+                waits = [wait for wait in (remaining, self.dialect.recheck_s) if wait is not None]
+                waiter.event.wait(min(waits) if waits else None)
 
     # -- spans and rewards ----------------------------------------------------------------------------
 
@@ -443,8 +444,3 @@ def _conditions(*conditions: Condition) -> tuple[str, list[Any]]:
     given = [(column, op, value) for column, op, value in conditions if value is not None]
     where = " AND ".join(f"{column} {op} ?" for column, op, _ in given)
     return (f"WHERE {where}" if where else ""), [value for _, _, value in given]
-
-
-def _shortest(*waits: float | None) -> float | None:
-    given = [wait for wait in waits if wait is not None]
-    return min(given) if given else None
