@@ -8,7 +8,6 @@ the levels a span adds around a request it records.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -40,11 +39,6 @@ async def read_bounded(request: Request, limit: int = MAX_BODY_BYTES) -> bytes:
             raise BodyTooLarge(limit)
         chunks.append(chunk)
     return b"".join(chunks)
-
-
-def brackets_allow_depth(raw: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
-    """A cheap sufficient check: a body with at most `limit` brackets cannot nest deeper than `limit`."""
-    return raw.count(b"[") + raw.count(b"{") <= limit
 
 
 def json_depth(value: Any, limit: int = MAX_JSON_DEPTH) -> int:
@@ -88,28 +82,21 @@ def _serializer_depth() -> int:
 SERIALIZER_DEPTH = _serializer_depth()
 
 
-@dataclass
-class _Wrapping:
-    """Lists nested `levels` deep, whose innermost holds the value being checked."""
-
-    outer: list[Any]
-    inner: list[Any]
-
-    @classmethod
-    def of(cls, levels: int) -> _Wrapping:
-        inner: list[Any] = [None]
-        outer = inner
-        for _ in range(levels - 1):
-            outer = [outer]
-        return cls(outer, inner)
+def _wrapping(levels: int) -> tuple[list[Any], list[Any]]:
+    """Lists nested `levels` deep, and the innermost one, which holds the value being checked."""
+    inner: list[Any] = [None]
+    outer = inner
+    for _ in range(levels - 1):
+        outer = [outer]
+    return outer, inner
 
 
 _wrappings = threading.local()  # one per thread and depth: filled in place, so not shared
 
 
 def few_brackets(raw: bytes, limit: int) -> bool:
-    """`brackets_allow_depth`, braces first: past the limit in a long conversation's
-    objects, the second scan of the body is skipped."""
+    """A cheap sufficient check: a body with at most `limit` brackets cannot nest deeper than `limit`.
+    Braces first: past the limit in a long conversation's objects, the second scan is skipped."""
     braces = raw.count(b"{")
     return braces <= limit and braces + raw.count(b"[") <= limit
 
@@ -122,16 +109,16 @@ def nests_deeper(value: Any, limit: int) -> bool:
     levels = SERIALIZER_DEPTH - limit
     if levels < 1:
         return json_depth(value, limit) > limit
-    cache: dict[int, _Wrapping] | None = getattr(_wrappings, "by_levels", None)
+    cache: dict[int, tuple[list[Any], list[Any]]] | None = getattr(_wrappings, "by_levels", None)
     if cache is None:
         cache = _wrappings.by_levels = {}
-    wrapping = cache.get(levels) or cache.setdefault(levels, _Wrapping.of(levels))
-    wrapping.inner[0] = value
+    outer, inner = cache.get(levels) or cache.setdefault(levels, _wrapping(levels))
+    inner[0] = value
     try:
-        orjson.dumps(wrapping.outer)
+        orjson.dumps(outer)
     except orjson.JSONEncodeError:
         # Nested too deep, as a parsed body is when it fails; any other value is told by walking it.
         return json_depth(value, limit) > limit
     finally:
-        wrapping.inner[0] = None
+        inner[0] = None
     return False

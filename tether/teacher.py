@@ -187,18 +187,14 @@ def serve_teacher(policy: Policy, args: argparse.Namespace) -> None:
     uvicorn.Server(config).run(sockets=[sock])
 
 
-def add_server_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=0, help="0: a free port")
-    parser.add_argument("--url-file", help="also write the base URL to this file once listening")
-
-
 def teacher_main(make_policy: Callable[[list[dict[str, Any]]], Policy], description: str | None) -> None:
     """The command line of an example's teacher: `--tasks FILE` (the train split) and where to listen."""
     parser = argparse.ArgumentParser(
         description=description, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--tasks", type=Path, required=True, help="the training task file (tasks.py)")
-    add_server_args(parser)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="0: a free port")
+    parser.add_argument("--url-file", help="also write the base URL to this file once listening")
     args = parser.parse_args()
     serve_teacher(make_policy(read_tasks(args.tasks)), args)

@@ -20,17 +20,11 @@ __all__ = [
     "TransformersEngine",
 ]
 
-_LAZY = {
-    "TransformersEngine": "transformers_engine",
-}
-
 
 def __getattr__(name: str) -> Any:
-    module_name = _LAZY.get(name)
-    if module_name is None:
+    if name != "TransformersEngine":
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from importlib import import_module
+    from .transformers_engine import TransformersEngine
 
-    value = getattr(import_module(f".{module_name}", __name__), name)
-    globals()[name] = value
-    return value
+    globals()[name] = TransformersEngine
+    return TransformersEngine

@@ -56,7 +56,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 from tether.models.catalog import CATALOGUE, resolve_model
-from tether.models.tools import prepare_messages, template_supports_tools
+from tether.models.chat_template import ChatTemplate
 
 from .base import DEFAULT_POLICY, GeneratedToken, Generation, GenerationDone, SamplingParams
 from .row_lora import RowLoRA
@@ -228,12 +228,7 @@ class TransformersEngine:
     ) -> list[int]:
         """Render with the chat template; tools natively if the template supports them, else in the
         fallback format of `tether.models.tools`."""
-        native = template_supports_tools(self.tokenizer.chat_template)
-        prepared = prepare_messages(messages, tools, tool_choice, native=native)
-        kwargs: dict[str, Any] = {"add_generation_prompt": True, "tokenize": True}
-        if tools and native:
-            kwargs["tools"] = tools
-        return _as_id_list(self.tokenizer.apply_chat_template(prepared, **kwargs))
+        return ChatTemplate(self.tokenizer).prompt_ids(messages, tools, tool_choice)
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False))
@@ -271,32 +266,23 @@ class TransformersEngine:
         owner: str | None = None,
         policy: str = DEFAULT_POLICY,
     ) -> AsyncIterator[GeneratedToken | GenerationDone]:
-        """Async generator of GeneratedToken items, ending with a GenerationDone.
-
-        `owner` (a rollout id) is whom admission is fair across; `policy` the adapter that samples.
-        Closing the generator early (break, aclose, task cancellation) cancels the request.
-        """
+        """`Engine.stream`; closing the generator early (break, aclose, cancellation) cancels the request."""
         prompt = [int(t) for t in prompt_ids]
         self._validate(prompt, params)
         request = _Request(prompt, params, asyncio.get_running_loop(), asyncio.Queue(), owner, policy)
         self._requests.put(request)
         if not self._worker.is_alive():
             raise EngineClosedError("engine worker is not running")
-        finished = False
         try:
             while True:
                 item = await request.results.get()
                 if isinstance(item, BaseException):
-                    finished = True
                     raise item
-                if isinstance(item, GenerationDone):
-                    finished = True
-                    yield item
-                    return
                 yield item
+                if isinstance(item, GenerationDone):
+                    return
         finally:
-            if not finished:
-                request.cancelled = True
+            request.cancelled = True  # a no-op once it finished; else the worker drops it
 
     def _validate(self, prompt: list[int], params: SamplingParams) -> None:
         if self._closed:
@@ -378,23 +364,20 @@ class TransformersEngine:
         self._row_lora = RowLoRA.build(self.model, list(self._adapters.values()))
 
     def _forward(self, policies: list[str], **inputs: Any) -> Any:
-        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast):
-            return self._forward_adapters(policies, **inputs)
-
-    def _forward_adapters(self, policies: list[str], **inputs: Any) -> Any:
         """The model's forward pass for rows sampling from `policies` (one per row). Rows of one loaded
         adapter run it as the active one; any other mix tags each row with its adapter."""
         names = [self._adapters.get(policy, BASE_ADAPTER) for policy in policies]
-        if not self._adapters:
-            return self.model(**inputs)
-        if len(set(names)) == 1 and names[0] != BASE_ADAPTER:
-            if self.model.active_adapter != names[0]:
-                self.model.set_adapter(names[0])
-            return self.model(**inputs)
-        if self._row_lora is not None:
-            with self._row_lora.rows(names, self.device):
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast):
+            if not self._adapters:
                 return self.model(**inputs)
-        return self.model(**inputs, adapter_names=names)
+            if len(set(names)) == 1 and names[0] != BASE_ADAPTER:
+                if self.model.active_adapter != names[0]:
+                    self.model.set_adapter(names[0])
+                return self.model(**inputs)
+            if self._row_lora is not None:
+                with self._row_lora.rows(names, self.device):
+                    return self.model(**inputs)
+            return self.model(**inputs, adapter_names=names)
 
     def close(self) -> None:
         if self._closed:
@@ -407,15 +390,13 @@ class TransformersEngine:
     def _run(self) -> None:
         pending = _Waiting()
         batch: _Batch | None = None
-        stopping = False
-        while not stopping:
+        while True:
             if batch is None and not pending:
                 item = self._requests.get()
                 if item is _STOP:
                     break
                 pending.add(item)
-            stopping = self._drain(pending)
-            if stopping:
+            if self._drain(pending):
                 break
             if batch is None:
                 while self._swap_requested.is_set():
@@ -429,8 +410,8 @@ class TransformersEngine:
         if batch is not None:
             self._fail([row.request for row in batch.rows], EngineClosedError("engine closed"))
             self._model_lock.release()
+        self._drain(pending)  # requests put after the stop
         self._fail(pending.requests(), EngineClosedError("engine closed"))
-        self._fail(self._drain_all(), EngineClosedError("engine closed"))
 
     def _drain(self, pending: _Waiting) -> bool:
         while True:
@@ -441,11 +422,6 @@ class TransformersEngine:
             if item is _STOP:
                 return True
             pending.add(item)
-
-    def _drain_all(self) -> list[_Request]:
-        leftovers = _Waiting()
-        self._drain(leftovers)
-        return leftovers.requests()
 
     def _iterate(self, batch: _Batch | None, pending: _Waiting) -> _Batch | None:
         """One scheduling step, run under the model lock: admit new rows, decode one token, prune."""
@@ -652,16 +628,6 @@ def _holdback(text: str, stops: list[str]) -> int:
                 held = k
                 break
     return held
-
-
-def _as_id_list(rendered: Any) -> list[int]:
-    if hasattr(rendered, "keys") and "input_ids" in rendered:
-        rendered = rendered["input_ids"]
-    if isinstance(rendered, torch.Tensor):
-        rendered = rendered.tolist()
-    if rendered and isinstance(rendered[0], list):
-        rendered = rendered[0]
-    return [int(t) for t in rendered]
 
 
 def _eos_ids(tokenizer: Any, model: Any) -> frozenset[int]:

@@ -73,7 +73,8 @@ def _materialise(folder: Path, build: Callable[[Path], None]) -> Path:
     with _file_lock(folder.parent / f".{folder.name}.lock"):
         if is_materialised(folder):
             return folder
-        _remove_stale_temps(folder)
+        for stale in folder.parent.glob(f".{folder.name}.tmp-*"):
+            shutil.rmtree(stale, ignore_errors=True)
         tmp = folder.parent / f".{folder.name}.tmp-{uuid.uuid4().hex}"
         try:
             tmp.mkdir()
@@ -86,11 +87,6 @@ def _materialise(folder: Path, build: Callable[[Path], None]) -> Path:
     return folder
 
 
-def _remove_stale_temps(folder: Path) -> None:
-    for stale in folder.parent.glob(f".{folder.name}.tmp-*"):
-        shutil.rmtree(stale, ignore_errors=True)
-
-
 @contextlib.contextmanager
 def _file_lock(path: Path) -> Iterator[None]:
     try:
@@ -99,11 +95,8 @@ def _file_lock(path: Path) -> Iterator[None]:
         yield
         return
     with open(path, "a+") as handle:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)  # released when the file closes
+        yield
 
 
 def _load_smollm2_tokenizer(cache: Path) -> Any:

@@ -92,7 +92,7 @@ class ChatTemplate:
 
 
 def _as_id_list(rendered: Any) -> list[int]:
-    if isinstance(rendered, dict) or hasattr(rendered, "keys"):
+    if hasattr(rendered, "keys"):  # a dict, or transformers' BatchEncoding
         rendered = rendered["input_ids"]
     ids = list(rendered)
     if ids and isinstance(ids[0], list):

@@ -203,7 +203,8 @@ def prepare_messages(
         return _add_to_system(prepared, instruction) if instruction else prepared
     prepared = _fallback_messages(messages)
     if tools:
-        section = fallback_tools_section(tools)
+        lines = "".join(json.dumps(tool_line(tool), ensure_ascii=False) + "\n" for tool in tools)
+        section = FALLBACK_TOOLS_HEADER + lines + FALLBACK_TOOLS_FOOTER
         prepared = _add_to_system(prepared, f"{section}\n\n{instruction}" if instruction else section)
     return prepared
 
@@ -215,11 +216,6 @@ def choice_instruction(tool_choice: Any) -> str | None:
         name = (tool_choice.get("function") or {}).get("name")
         return f"In this answer you must call the function {name}."
     return None
-
-
-def fallback_tools_section(tools: list[dict[str, Any]]) -> str:
-    lines = "".join(json.dumps(tool_line(tool), ensure_ascii=False) + "\n" for tool in tools)
-    return FALLBACK_TOOLS_HEADER + lines + FALLBACK_TOOLS_FOOTER
 
 
 def tool_line(tool: dict[str, Any]) -> dict[str, Any]:

@@ -100,21 +100,18 @@ class RayCluster:
             ray.shutdown()
 
 
-def import_ray() -> Any:
+def connect(settings: RaySettings, *, local_cpus: float | None = None) -> RayCluster:
+    """Join (or start) the cluster `settings.address` names. Raises RayUnavailable in one line."""
     try:
         import ray
     except ImportError:
         raise RayUnavailable(
             "--ray needs Ray: install it with pip install -e '.[ray]' (or make setup)"
         ) from None
-    return ray
-
-
-def connect(settings: RaySettings, *, local_cpus: float | None = None) -> RayCluster:
-    """Join (or start) the cluster `settings.address` names. Raises RayUnavailable in one line."""
-    ray = import_ray()
     started_here = settings.address is None
-    address = _resolve(settings.address)
+    address = settings.address
+    if address == "auto":
+        address = os.environ.get("RAY_ADDRESS") or "auto"
     if not ray.is_initialized():
         _probe(address)
         try:
@@ -128,14 +125,7 @@ def connect(settings: RaySettings, *, local_cpus: float | None = None) -> RayClu
     context = ray.get_runtime_context()
     node_ip = ray.util.get_node_ip_address()
     advertise = settings.advertise_host or node_ip
-    cluster = RayCluster(settings, context.get_node_id(), node_ip, advertise, started_here)
-    return cluster
-
-
-def _resolve(address: str | None) -> str | None:
-    if address != "auto":
-        return address
-    return os.environ.get("RAY_ADDRESS") or "auto"
+    return RayCluster(settings, context.get_node_id(), node_ip, advertise, started_here)
 
 
 def _probe(address: str | None, timeout_s: float = 5.0) -> None:

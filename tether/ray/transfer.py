@@ -102,6 +102,4 @@ class FolderSender:
         return self._shared[key]
 
     def folder_for(self, actor: Any, path: Path) -> Folder:
-        if self.shares(actor, path.parent):
-            return Folder(str(path))
-        return Folder(str(path), pack(path))
+        return Folder(str(path), None if self.shares(actor, path.parent) else pack(path))
