@@ -9,10 +9,10 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, Field
 
-from tether.gateway.app import Gateway, request_token
+from tether.gateway.app import Gateway
 from tether.gateway.errors import GatewayError, forbidden, unauthorized
 from tether.gateway.upstreams import HTTPUpstream, HTTPUpstreamConfig
-from tether.store.auth import AuthError, authenticate
+from tether.store.auth import AuthError, authenticate, request_token
 
 
 class PauseRequest(BaseModel):
@@ -40,21 +40,17 @@ class SessionRequest(BaseModel):
     input: dict[str, Any] = Field(default_factory=dict)
 
 
-def require_admin(gateway: Gateway, request: Request) -> None:
-    try:
-        caller = authenticate(gateway.auth, request_token(request))
-    except AuthError:
-        raise unauthorized(
-            "this route needs the admin token ('Authorization: Bearer <admin token>')"
-        ) from None
-    if not caller.is_admin:
-        raise forbidden("this route needs the admin token; a rollout token cannot use it")
-
-
 def create_admin_router(gateway: Gateway) -> APIRouter:
     # A dependency, so the token is checked before the body is validated (no hints to a caller without one).
     def admin(request: Request) -> None:
-        require_admin(gateway, request)
+        try:
+            caller = authenticate(gateway.auth, request_token(request.headers))
+        except AuthError:
+            raise unauthorized(
+                "this route needs the admin token ('Authorization: Bearer <admin token>')"
+            ) from None
+        if not caller.is_admin:
+            raise forbidden("this route needs the admin token; a rollout token cannot use it")
 
     router = APIRouter(prefix="/admin", tags=["admin"], dependencies=[Depends(admin)])
 

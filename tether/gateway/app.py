@@ -29,6 +29,7 @@ from tether.contracts import DEFAULT_ROUTE, POLICY_UPSTREAM, Meta
 from tether.gateway.admission import Admission
 from tether.gateway.context import CallContext
 from tether.gateway.dialects import DIALECTS, Dialect, translated_stream
+from tether.gateway.dialects.common import close_quietly
 from tether.gateway.errors import GatewayError, UpstreamError, refused
 from tether.gateway.metrics import GatewayMetrics
 from tether.gateway.prompts import apply_prompt_override
@@ -39,7 +40,6 @@ from tether.gateway.spans import call_span
 from tether.gateway.upstreams import CallKind, CallRecord, StreamAborted, Upstream, record_of_events, sse
 from tether.limits import MAX_BODY_BYTES, BodyTooLarge, read_bounded
 from tether.store.auth import AuthError, Caller, TokenAuthority, authenticate, bearer_token
-from tether.store.auth import request_token as token_of_headers
 from tether.store.base import InvalidValue, Store, StoreError
 from tether.store.models import Rollout, RolloutStatus, Span
 
@@ -69,6 +69,10 @@ CALL_PATH = re.compile(
     r"/(?:rollouts/([^/]+)/(?:attempts/([0-9]{1,18})/)?)?v1(/chat/completions|/completions|/responses|/messages)"
 )
 CALL_KINDS: dict[str, RouteKind] = {route.path: route.kind for route in CALL_ROUTES}
+# The request headers a model call reads.
+CALL_HEADERS = frozenset(
+    {b"authorization", b"x-api-key", b"x-tether-agent", b"traceparent", b"content-length"}
+)
 
 
 @dataclass
@@ -118,14 +122,11 @@ class Gateway:
     def add_upstream(self, upstream: Upstream) -> None:
         self.upstreams[upstream.name] = upstream
 
-    def base_url(self, rollout_id: str) -> str:
-        return f"{self.config.public_url.rstrip('/')}/rollouts/{rollout_id}/v1"
-
     def credentials(self, rollout_id: str, attempt: int = 1) -> dict[str, str]:
         """What an agent of `attempt` (a session's is 1) needs: its rollout, base URL and token."""
         return {
             "rollout_id": rollout_id,
-            "base_url": self.base_url(rollout_id),
+            "base_url": f"{self.config.public_url.rstrip('/')}/rollouts/{rollout_id}/v1",
             "api_key": self.auth.rollout_token(rollout_id, attempt),
         }
 
@@ -154,15 +155,9 @@ class Gateway:
                 f"attempt {attempt} of rollout {rollout.id} is over (current: {rollout.attempt_count})",
                 code="stale_attempt",
             )
-        metadata = rollout.metadata
-        overrides = metadata.get(Meta.SAMPLING_OVERRIDES)
-        return CallContext(
-            rollout.id,
-            attempt,
-            agent,
-            dict(overrides) if overrides else {},
-            metadata.get(Meta.PROMPT_OVERRIDE),
-        )
+        overrides = rollout.metadata.get(Meta.SAMPLING_OVERRIDES)
+        prompt_override = rollout.metadata.get(Meta.PROMPT_OVERRIDE)
+        return CallContext(rollout.id, attempt, agent, dict(overrides) if overrides else {}, prompt_override)
 
     async def live_rollout(
         self, token: str | None, path_rollout: str | None, path_attempt: int | None = None
@@ -210,10 +205,6 @@ class Gateway:
             return self.parse_body(await read_bounded(request, limit))
         except BodyTooLarge:
             raise _too_large(limit) from None
-
-    def check_declared_length(self, declared: str | None) -> None:
-        if declared and declared.isdigit() and int(declared) > self.config.max_body_bytes:
-            raise _too_large(self.config.max_body_bytes)
 
     @staticmethod
     def parse_body(raw: bytes) -> dict[str, Any]:
@@ -265,26 +256,17 @@ class Gateway:
     ) -> None:
         """A model-call route, as plain ASGI: no middleware, no router, no request object."""
         started = time.time()
-        authorization = api_key = agent = declared = traceparent = None
+        found: dict[bytes, str] = {}
         for name, value in scope["headers"]:  # the first of each, as Starlette's `headers.get`
-            if name == b"authorization":
-                if authorization is None:
-                    authorization = value.decode("latin-1")
-            elif name == b"x-api-key":
-                if api_key is None:
-                    api_key = value.decode("latin-1")
-            elif name == b"x-tether-agent":
-                if agent is None:
-                    agent = value.decode("latin-1")
-            elif name == b"traceparent":
-                if traceparent is None:
-                    traceparent = value.decode("latin-1")
-            elif name == b"content-length" and declared is None:
-                declared = value.decode("latin-1")
+            if name in CALL_HEADERS and name not in found:
+                found[name] = value.decode("latin-1")
         try:
-            ctx = await self.authorize(bearer_token(authorization) or api_key, agent, rollout_id, attempt)
-            ctx.join_trace(traceparent)
-            self.check_declared_length(declared)
+            token = bearer_token(found.get(b"authorization")) or found.get(b"x-api-key")
+            ctx = await self.authorize(token, found.get(b"x-tether-agent"), rollout_id, attempt)
+            ctx.join_trace(found.get(b"traceparent"))
+            declared = found.get(b"content-length")
+            if declared and declared.isdigit() and int(declared) > self.config.max_body_bytes:
+                raise _too_large(self.config.max_body_bytes)
             raw = await _read_body(receive, self.config.max_body_bytes)
             if raw is None:  # the client went away
                 return
@@ -357,12 +339,10 @@ class Gateway:
         events = upstream.stream(kind, body, owner=ctx.rollout_id)
         try:
             first = await anext(events)
-        except GatewayError as exc:
+        except BaseException as exc:
             self.admission.release()
-            await self.record_failure(ctx, kind, body, upstream, started, exc, version)
-            raise
-        except BaseException:
-            self.admission.release()
+            if isinstance(exc, GatewayError):
+                await self.record_failure(ctx, kind, body, upstream, started, exc, version)
             raise
         return _Relay(self, ctx, kind, body, upstream, started, version).events(first, events)
 
@@ -400,12 +380,10 @@ class _Relay:
             await gateway.record(call_span(ctx, kind, body, self.upstream.name, self.started, item))
             yield b"data: [DONE]\n\n"
         except GatewayError as exc:
-            try:
+            with suppress(GatewayError):
                 await gateway.record_failure(
                     ctx, kind, body, self.upstream, self.started, exc, self.policy_version
                 )
-            except GatewayError:
-                pass
             yield sse(exc.body())
         finally:
             gateway.admission.release()
@@ -414,9 +392,7 @@ class _Relay:
     async def _record_abandoned(
         self, events: AsyncGenerator[bytes | CallRecord, None], relayed: list[bytes]
     ) -> None:
-        record = await _partial_record(events)
-        if record is None:
-            record = record_of_events(self.kind, relayed, self.policy_version)
+        record = await _partial_record(events) or record_of_events(self.kind, relayed, self.policy_version)
         span = call_span(
             self.ctx, self.kind, self.body, self.upstream.name, self.started, record, aborted=True
         )
@@ -457,9 +433,7 @@ async def send_events(events: AsyncIterator[bytes], receive: Receive, send: Send
         pass
     finally:
         gone.cancel()
-        aclose = getattr(events, "aclose", None)
-        if aclose is not None:
-            await aclose()
+        await close_quietly(events)
 
 
 async def _disconnected(receive: Receive) -> None:
@@ -498,7 +472,3 @@ def _too_large(limit: int) -> GatewayError:
     return GatewayError(
         413, f"the request body is larger than the {limit // 1024} KiB limit", code="request_too_large"
     )
-
-
-def request_token(request: Request) -> str | None:
-    return token_of_headers(request.headers)

@@ -20,9 +20,8 @@ class GatewayApp(FastAPI):
             match = CALL_PATH.fullmatch(self._route_path(scope))
             if match is not None:
                 rollout_id, attempt, path = match.groups()
-                kind = CALL_KINDS[path]
                 number = None if attempt is None else int(attempt)
-                await self.gateway.serve_call(scope, receive, send, kind, rollout_id, number)
+                await self.gateway.serve_call(scope, receive, send, CALL_KINDS[path], rollout_id, number)
                 return
         await super().__call__(scope, receive, send)
 
@@ -45,21 +44,19 @@ class GatewayApp(FastAPI):
 
 def _call_paths() -> dict[str, Any]:
     """The OpenAPI path items of the model-call routes, which FastAPI's router does not serve."""
-    paths: dict[str, Any] = {}
-    for prefix in CALL_PREFIXES:
-        for route in CALL_ROUTES:
-            paths[prefix + route.path] = {"post": _call_operation(prefix, route)}
-    return paths
+    return {
+        prefix + route.path: {"post": _call_operation(prefix, route)}
+        for prefix in CALL_PREFIXES
+        for route in CALL_ROUTES
+    }
 
 
 def _call_operation(prefix: str, route: CallRoute) -> dict[str, Any]:
-    parameters = []
-    if "{rollout_id}" in prefix:
-        parameters.append(
-            {"name": "rollout_id", "in": "path", "required": True, "schema": {"type": "string"}}
-        )
-    if "{attempt}" in prefix:
-        parameters.append({"name": "attempt", "in": "path", "required": True, "schema": {"type": "integer"}})
+    parameters = [
+        {"name": name, "in": "path", "required": True, "schema": {"type": type_}}
+        for name, type_ in (("rollout_id", "string"), ("attempt", "integer"))
+        if "{" + name + "}" in prefix
+    ]
     operation = prefix.strip("/").replace("{", "").replace("}", "").replace("/", "_") + route.path
     return {
         "tags": [route.tag],

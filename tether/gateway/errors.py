@@ -42,13 +42,8 @@ def refused(error: AuthError) -> GatewayError:
         return GatewayError(404, f"unknown rollout {rollout_id!r}", code="rollout_not_found")
     if refusal is Refusal.OTHER_ATTEMPT:
         return forbidden(error.reason)
-    if refusal is Refusal.EXPIRED:
-        return _dead(f"API key expired: {error.reason}", "rollout_finished")
-    if refusal in (Refusal.ATTEMPT_OVER, Refusal.NOT_STARTED):
-        return _dead(f"API key expired: {error.reason}", refusal.value)
+    if refusal in (Refusal.EXPIRED, Refusal.ATTEMPT_OVER, Refusal.NOT_STARTED):
+        # A valid token whose attempt is not live: 401, as for any key that no longer works.
+        code = "rollout_finished" if refusal is Refusal.EXPIRED else refusal.value
+        return GatewayError(401, f"API key expired: {error.reason}", type="authentication_error", code=code)
     return unauthorized("invalid API key: not a token issued by this Tether server")
-
-
-def _dead(message: str, code: str) -> GatewayError:
-    """A valid token whose attempt is not live: 401, as for any key that no longer works."""
-    return GatewayError(401, message, type="authentication_error", code=code)

@@ -11,8 +11,9 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
-from tether.gateway.app import Gateway, request_token
+from tether.gateway.app import Gateway
 from tether.gateway.errors import GatewayError
+from tether.store.auth import request_token
 from tether.store.models import Reward, now
 from tether.store.provenance import DEFAULT_REWARD_NAME, agent_reward
 
@@ -60,7 +61,7 @@ def create_event_router(gateway: Gateway) -> APIRouter:
     router = APIRouter(tags=["events"])
 
     async def post_reward(request: Request, rollout_id: str) -> dict[str, Any]:
-        token = request_token(request)
+        token = request_token(request.headers)
         ctx = await gateway.authorize(token, request.headers.get("x-tether-agent"), rollout_id, None)
         body = await gateway.read_body(request)
         value, name, span_id = reward_from_event(body)

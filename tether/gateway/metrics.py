@@ -113,11 +113,12 @@ class _ScrapeTimeGauges(Collector):
 
     def collect(self) -> Iterator[Metric]:
         admission = self.gateway.admission
-        yield _gauge("tether_admission_paused", "1 while model calls are paused", int(admission.paused))
-        yield _gauge("tether_calls_in_flight", "Model calls being served", admission.in_flight)
-        yield _gauge(
-            "tether_calls_waiting", "Model calls waiting for admission (queue depth)", admission.waiting
-        )
+        for name, documentation, value in (
+            ("tether_admission_paused", "1 while model calls are paused", int(admission.paused)),
+            ("tether_calls_in_flight", "Model calls being served", admission.in_flight),
+            ("tether_calls_waiting", "Model calls waiting for admission (queue depth)", admission.waiting),
+        ):
+            yield GaugeMetricFamily(name, documentation, value=value)
         versions = GaugeMetricFamily(
             "tether_policy_version", "Policy version per upstream", labels=["upstream"]
         )
@@ -132,12 +133,7 @@ class _ScrapeTimeGauges(Collector):
         yield rollouts
 
 
-def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
-    return GaugeMetricFamily(name, documentation, value=value)
-
-
 def create_metrics_router(gateway: Gateway) -> APIRouter:
-    registry = gateway.metrics.registry
     gateway.metrics.read_at_scrape(gateway)
     router = APIRouter(tags=["meta"])
 
@@ -145,7 +141,7 @@ def create_metrics_router(gateway: Gateway) -> APIRouter:
     async def metrics(request: Request) -> Response:
         if not gateway.auth.can_read(request_token(request.headers)):
             raise unauthorized("/metrics needs the admin or the viewer token ('Authorization: Bearer ...')")
-        body = await asyncio.to_thread(generate_latest, registry)
+        body = await asyncio.to_thread(generate_latest, gateway.metrics.registry)
         return Response(body, headers={"content-type": CONTENT_TYPE_LATEST})
 
     return router

@@ -9,15 +9,16 @@ from fastapi import APIRouter, FastAPI, Request
 from starlette.responses import Response
 
 from tether.contracts import DEFAULT_ROUTE
-from tether.gateway.app import CALL_PREFIXES, CALL_ROUTES, Gateway, request_token
+from tether.gateway.app import CALL_PREFIXES, CALL_ROUTES, Gateway
 from tether.gateway.errors import GatewayError
+from tether.store.auth import request_token
 
 
 def create_models_router(gateway: Gateway) -> APIRouter:
     router = APIRouter(tags=["openai"])
 
     async def models(request: Request, rollout_id: str | None = None) -> dict[str, Any]:
-        token = request_token(request)
+        token = request_token(request.headers)
         if not gateway.auth.is_admin(token):
             await gateway.live_rollout(token, rollout_id)  # a rollout token: its own live attempt only
         names = sorted(

@@ -89,43 +89,28 @@ def apply_prompt_override(body: dict[str, Any], override: Any) -> dict[str, Any]
     index = next(
         (i for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") in SYSTEM_ROLES), None
     )
+    content: Any = parsed.text
     if parsed.mode == "marked":
-        return _apply_marked(body, messages, index, parsed.text)
+        content = None if index is None else _replace_marked_content(messages[index].get("content"), content)
+        if content is None:
+            return body
     out = list(messages)
     if index is None:
-        out.insert(0, {"role": "system", "content": parsed.text})
+        out.insert(0, {"role": "system", "content": content})
     else:
-        out[index] = {**messages[index], "content": parsed.text}
+        out[index] = {**messages[index], "content": content}
     return {**body, "messages": out}
 
 
-def _apply_marked(body: dict[str, Any], messages: list[Any], index: int | None, text: str) -> dict[str, Any]:
-    if index is None:
-        return body
-    message = messages[index]
-    content = message.get("content")
+def _replace_marked_content(content: Any, text: str) -> Any:
+    """Message content (a string, or the first text part that has one) with its first marked span
+    replaced; None when it has none."""
     if isinstance(content, str):
-        if marked_span(content) is None:
-            return body
-        new_content: Any = replace_marked(content, text)
-    elif isinstance(content, list):
-        new_content = _replace_in_parts(content, text)
-        if new_content is None:
-            return body
-    else:
-        return body
-    out = list(messages)
-    out[index] = {**message, "content": new_content}
-    return {**body, "messages": out}
-
-
-def _replace_in_parts(parts: list[Any], text: str) -> list[Any] | None:
-    """Content parts with the first marked span of a text part replaced; None when no part has one."""
-    for i, part in enumerate(parts):
-        if (
-            isinstance(part, dict)
-            and isinstance(part.get("text"), str)
-            and marked_span(part["text"]) is not None
-        ):
-            return [*parts[:i], {**part, "text": replace_marked(part["text"], text)}, *parts[i + 1 :]]
+        return None if marked_span(content) is None else replace_marked(content, text)
+    if not isinstance(content, list):
+        return None
+    for i, part in enumerate(content):
+        part_text = part.get("text") if isinstance(part, dict) else None
+        if isinstance(part_text, str) and marked_span(part_text) is not None:
+            return [*content[:i], {**part, "text": replace_marked(part_text, text)}, *content[i + 1 :]]
     return None

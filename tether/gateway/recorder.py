@@ -51,9 +51,7 @@ class SpanRecorder:
     async def record(self, span: Span) -> None:
         """Return once the span is committed; raise the store's error if it could not be."""
         loop = asyncio.get_running_loop()
-        batcher = self._batchers.get(loop)
-        if batcher is None:
-            batcher = self._batcher(loop)
+        batcher = self._batchers.get(loop) or self._batcher(loop)
         future: asyncio.Future[None] = loop.create_future()
         batcher.spans.append(span)
         batcher.waiters.append(future)

@@ -128,15 +128,10 @@ class TimedHttpProtocol(HttpToolsProtocol):
         self.transport.close()
 
 
-def timed_protocol(timeouts: ClientTimeouts) -> type[asyncio.Protocol]:
-    return type("TimedHttpProtocol", (TimedHttpProtocol,), {"timeouts": timeouts})
-
-
 def server_config(
     app: Any, *, timeouts: ClientTimeouts | None = None, log_level: str = "warning", **options: Any
 ) -> uvicorn.Config:
-    """uvicorn's config for the gateway app, with the client timeouts."""
-    protocol = timed_protocol(timeouts or ClientTimeouts())
+    protocol = type("TimedHttpProtocol", (TimedHttpProtocol,), {"timeouts": timeouts or ClientTimeouts()})
     return uvicorn.Config(app, log_level=log_level, http=protocol, **options)
 
 

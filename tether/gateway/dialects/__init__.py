@@ -25,8 +25,9 @@ class Dialect:
 
 
 DIALECTS: dict[str, Dialect] = {
+    # The Responses API reports errors in the chat-completions shape.
     "responses": Dialect(
-        "responses", responses.to_chat, responses.from_chat, responses.stream, responses.error_response
+        "responses", responses.to_chat, responses.from_chat, responses.stream, GatewayError.response
     ),
     "messages": Dialect(
         "messages", messages.to_chat, messages.from_chat, messages.stream, messages.error_response

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 import orjson
 
 from tether.gateway.errors import GatewayError
+from tether.gateway.upstreams.sse import sse_events
 
 
 def bad_request(message: str, param: str | None = None) -> GatewayError:
@@ -78,10 +79,11 @@ def expect_str(value: Any, param: str) -> str:
     return value
 
 
-def copy_sampling(body: dict[str, Any], chat: dict[str, Any], names: Iterable[str]) -> None:
+def copy_fields(source: dict[str, Any], target: dict[str, Any], names: Iterable[str]) -> None:
+    """Copy the named fields that `source` gives (not None) to `target`."""
     for name in names:
-        if body.get(name) is not None:
-            chat[name] = body[name]
+        if source.get(name) is not None:
+            target[name] = source[name]
 
 
 def copy_stream(body: dict[str, Any], chat: dict[str, Any]) -> None:
@@ -89,6 +91,10 @@ def copy_stream(body: dict[str, Any], chat: dict[str, Any]) -> None:
     if body.get("stream"):
         chat["stream"] = True
         chat["stream_options"] = {"include_usage": True}
+
+
+def chat_tool_call(call_id: str, name: str, arguments: str) -> dict[str, Any]:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
 
 
 def arguments_text(value: Any, param: str) -> str:
@@ -123,22 +129,21 @@ class ChatAnswer:
     created: float | None
 
 
+def _tool_call(item: dict[str, Any], with_arguments: bool = True) -> ToolCall:
+    """A chat tool call; without its arguments for the first piece of a streamed one."""
+    function = item.get("function") or {}
+    arguments = (function.get("arguments") or "") if with_arguments else ""
+    return ToolCall(item.get("id") or new_id("call_"), function.get("name") or "", arguments)
+
+
 def read_chat_answer(response: dict[str, Any]) -> ChatAnswer:
     choices = response.get("choices") or [{}]
     choice = choices[0] if isinstance(choices[0], dict) else {}
     message = choice.get("message") or {}
-    calls = []
-    for call in message.get("tool_calls") or []:
-        function = call.get("function") or {}
-        calls.append(
-            ToolCall(
-                call.get("id") or new_id("call_"), function.get("name") or "", function.get("arguments") or ""
-            )
-        )
     content = message.get("content")
     return ChatAnswer(
         text=content if isinstance(content, str) else "",
-        tool_calls=calls,
+        tool_calls=[_tool_call(call) for call in message.get("tool_calls") or []],
         finish_reason=choice.get("finish_reason"),
         stop_reason=choice.get("stop_reason"),
         usage=response.get("usage") or {},
@@ -159,22 +164,6 @@ class StreamFailed(Exception):
 
 
 @dataclass
-class TextDelta:
-    text: str
-
-
-@dataclass
-class ToolStart:
-    call: ToolCall
-
-
-@dataclass
-class ToolArgs:
-    call: ToolCall
-    delta: str
-
-
-@dataclass
 class StreamEnd:
     """What the stream said besides deltas; complete once the deltas are exhausted."""
 
@@ -184,63 +173,20 @@ class StreamEnd:
     model: str | None = None
 
 
-Delta = TextDelta | ToolStart | ToolArgs
-
-
 async def chat_chunks(body: AsyncIterator[bytes]) -> AsyncIterator[dict[str, Any]]:
     """The chunks of the gateway's chat stream; returns at `[DONE]`, raises StreamFailed on an error event.
 
     The gateway sends `[DONE]` only once the call is recorded, so a dialect that ends its own stream on
     it keeps the guarantee that an answered call is on disk."""
-    buffer = b""
-    async for piece in body:
-        buffer += piece if isinstance(piece, bytes) else piece.encode()
-        while b"\n\n" in buffer:
-            event, buffer = buffer.split(b"\n\n", 1)
-            for line in event.split(b"\n"):
-                if not line.startswith(b"data:"):
-                    continue
-                data = line[5:].strip()
-                if data == b"[DONE]":
-                    return
-                chunk = orjson.loads(data)
-                if isinstance(chunk, dict) and isinstance(chunk.get("error"), dict):
-                    raise StreamFailed(chunk["error"])
-                if isinstance(chunk, dict):
-                    yield chunk
+    async for data in sse_events(body):
+        if data == b"[DONE]":
+            return
+        chunk = orjson.loads(data)
+        if isinstance(chunk, dict) and isinstance(chunk.get("error"), dict):
+            raise StreamFailed(chunk["error"])
+        if isinstance(chunk, dict):
+            yield chunk
     raise StreamFailed({"message": "the upstream stream ended without finishing", "type": "upstream_error"})
-
-
-async def chat_deltas(chunks: AsyncIterator[dict[str, Any]], end: StreamEnd) -> AsyncIterator[Delta]:
-    """Text and tool-call deltas of the first choice; fills `end` with finish reason, usage and model."""
-    calls: dict[int, ToolCall] = {}
-    async for chunk in chunks:
-        if chunk.get("usage"):
-            end.usage = chunk["usage"]
-        end.model = end.model or chunk.get("model")
-        for choice in chunk.get("choices") or []:
-            if choice.get("index", 0) != 0:
-                continue
-            delta = choice.get("delta") or {}
-            if delta.get("content"):
-                yield TextDelta(delta["content"])
-            for item in delta.get("tool_calls") or []:
-                function = item.get("function") or {}
-                index = item.get("index", len(calls))
-                call = calls.get(index)
-                if call is None:
-                    call = calls[index] = ToolCall(
-                        item.get("id") or new_id("call_"), function.get("name") or ""
-                    )
-                    yield ToolStart(call)
-                elif function.get("name") and not call.name:
-                    call.name = function["name"]
-                if function.get("arguments"):
-                    call.arguments += function["arguments"]
-                    yield ToolArgs(call, function["arguments"])
-            if choice.get("finish_reason"):
-                end.finish_reason = choice["finish_reason"]
-                end.stop_reason = choice.get("stop_reason")
 
 
 class EventWriter(Protocol):
@@ -255,21 +201,41 @@ class EventWriter(Protocol):
 
 
 async def write_events(writer: EventWriter, chunks: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
-    """The writer's events for a chat stream: its start, one batch a delta, then its finish, or its failure
-    (and nothing more) when the stream ends in an error."""
+    """The writer's events for the first choice of a chat stream: its start, one batch for each text or
+    tool-call delta, then its finish, or its failure (and nothing more) when the stream ends in an error."""
     for event in writer.start():
         yield event
     end = StreamEnd()
+    calls: dict[int, ToolCall] = {}
     try:
-        async for delta in chat_deltas(chunks, end):
-            if isinstance(delta, TextDelta):
-                events = writer.text(delta.text)
-            elif isinstance(delta, ToolStart):
-                events = writer.tool_start(delta.call)
-            else:
-                events = writer.tool_args(delta.call, delta.delta)
-            for event in events:
-                yield event
+        async for chunk in chunks:
+            if chunk.get("usage"):
+                end.usage = chunk["usage"]
+            end.model = end.model or chunk.get("model")
+            for choice in chunk.get("choices") or []:
+                if choice.get("index", 0) != 0:
+                    continue
+                delta = choice.get("delta") or {}
+                if delta.get("content"):
+                    for event in writer.text(delta["content"]):
+                        yield event
+                for item in delta.get("tool_calls") or []:
+                    function = item.get("function") or {}
+                    index = item.get("index", len(calls))
+                    call = calls.get(index)
+                    if call is None:
+                        call = calls[index] = _tool_call(item, with_arguments=False)
+                        for event in writer.tool_start(call):
+                            yield event
+                    elif function.get("name") and not call.name:
+                        call.name = function["name"]
+                    if function.get("arguments"):
+                        call.arguments += function["arguments"]
+                        for event in writer.tool_args(call, function["arguments"]):
+                            yield event
+                if choice.get("finish_reason"):
+                    end.finish_reason = choice["finish_reason"]
+                    end.stop_reason = choice.get("stop_reason")
     except StreamFailed as exc:
         for event in writer.fail(exc.error):
             yield event

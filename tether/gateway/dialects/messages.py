@@ -17,8 +17,9 @@ from tether.gateway.dialects.common import (
     StreamEnd,
     ToolCall,
     bad_request,
+    chat_tool_call,
     check_fields,
-    copy_sampling,
+    copy_fields,
     copy_stream,
     expect_dict,
     expect_dicts,
@@ -63,6 +64,7 @@ ERROR_TYPES = {
     429: "rate_limit_error",
     503: "overloaded_error",
 }
+TOOL_CHOICES = {"auto": "auto", "any": "required", "none": "none"}
 STOP_REASONS = {
     "stop": "end_turn",
     "length": "max_tokens",
@@ -97,18 +99,15 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
             raise bad_request("'stop_sequences' must be a list of strings", param="stop_sequences")
         if stops:
             chat["stop"] = stops
-    copy_sampling(body, chat, ("temperature", "top_p"))
+    copy_fields(body, chat, ("temperature", "top_p"))
     copy_stream(body, chat)
     return chat
 
 
 def _system(system: Any) -> list[dict[str, Any]]:
-    if system is None:
+    if system in (None, "", []):
         return []
-    if isinstance(system, str):
-        return [{"role": "system", "content": system}] if system else []
-    texts = [_block_text(block, f"system[{i}]") for i, block in enumerate(expect_list(system, "system"))]
-    return [{"role": "system", "content": "\n".join(texts)}] if texts else []
+    return [{"role": "system", "content": _result_text(system, "system")}]
 
 
 def _block_text(block: Any, param: str) -> str:
@@ -130,29 +129,24 @@ def _add_message(messages: list[dict[str, Any]], message: dict[str, Any], param:
     if isinstance(content, str):
         messages.append({"role": role, "content": content})
         return
-    blocks = expect_list(content, f"{param}.content")
     if role == "assistant":
-        messages.append(_assistant(blocks, f"{param}.content"))
+        messages.append(_assistant(content, f"{param}.content"))
     else:
-        messages.extend(_user(blocks, f"{param}.content"))
+        messages.extend(_user(content, f"{param}.content"))
 
 
-def _assistant(blocks: list[Any], param: str) -> dict[str, Any]:
+def _assistant(blocks: Any, param: str) -> dict[str, Any]:
     texts: list[str] = []
     calls: list[dict[str, Any]] = []
-    for position, block in enumerate(blocks):
-        where = f"{param}[{position}]"
-        if isinstance(block, dict) and block.get("type") == "tool_use":
+    for block, where in expect_dicts(blocks, param):
+        if block.get("type") == "tool_use":
             arguments = block.get("input", {})
             calls.append(
-                {
-                    "id": expect_str(block.get("id"), f"{where}.id"),
-                    "type": "function",
-                    "function": {
-                        "name": expect_str(block.get("name"), f"{where}.name"),
-                        "arguments": orjson.dumps(expect_dict(arguments, f"{where}.input")).decode(),
-                    },
-                }
+                chat_tool_call(
+                    expect_str(block.get("id"), f"{where}.id"),
+                    expect_str(block.get("name"), f"{where}.name"),
+                    orjson.dumps(expect_dict(arguments, f"{where}.input")).decode(),
+                )
             )
         else:
             texts.append(_block_text(block, where))
@@ -162,14 +156,13 @@ def _assistant(blocks: list[Any], param: str) -> dict[str, Any]:
     return message
 
 
-def _user(blocks: list[Any], param: str) -> list[dict[str, Any]]:
+def _user(blocks: Any, param: str) -> list[dict[str, Any]]:
     """Tool results become `tool` messages (first, as they answer the previous turn), the rest one user
     message."""
     results: list[dict[str, Any]] = []
     texts: list[str] = []
-    for position, block in enumerate(blocks):
-        where = f"{param}[{position}]"
-        if isinstance(block, dict) and block.get("type") == "tool_result":
+    for block, where in expect_dicts(blocks, param):
+        if block.get("type") == "tool_result":
             results.append(
                 {
                     "role": "tool",
@@ -205,20 +198,15 @@ def _tools(tools: Any) -> list[dict[str, Any]]:
             "name": expect_str(tool.get("name"), f"{where}.name"),
             "parameters": expect_dict(tool.get("input_schema"), f"{where}.input_schema"),
         }
-        if tool.get("description") is not None:
-            function["description"] = tool["description"]
+        copy_fields(tool, function, ("description",))
         out.append({"type": "function", "function": function})
     return out
 
 
 def _tool_choice(choice: dict[str, Any], chat: dict[str, Any]) -> None:
     kind = choice.get("type")
-    if kind == "auto":
-        chat["tool_choice"] = "auto"
-    elif kind == "any":
-        chat["tool_choice"] = "required"
-    elif kind == "none":
-        chat["tool_choice"] = "none"
+    if isinstance(kind, str) and kind in TOOL_CHOICES:
+        chat["tool_choice"] = TOOL_CHOICES[kind]
     elif kind == "tool":
         name = expect_str(choice.get("name"), "tool_choice.name")
         chat["tool_choice"] = {"type": "function", "function": {"name": name}}
@@ -275,18 +263,23 @@ def from_chat(response: dict[str, Any], request: dict[str, Any]) -> dict[str, An
     if answer.text or not answer.tool_calls:
         content.append({"type": "text", "text": answer.text})
     content += [_tool_block(call) for call in answer.tool_calls]
-    stop_reason, stop_sequence = _stop(
-        answer.finish_reason, answer.stop_reason, request, bool(answer.tool_calls)
-    )
+    stop = _stop(answer.finish_reason, answer.stop_reason, request, bool(answer.tool_calls))
+    return _message(answer.model or request.get("model"), content, stop, _usage(answer.usage))
+
+
+def _message(
+    model: Any, content: list[dict[str, Any]], stop: tuple[Any, Any], usage: dict[str, int]
+) -> dict[str, Any]:
+    """A Message: the whole answer, or (with no content or stop reason yet) a stream's start."""
     return {
         "id": new_id("msg_"),
         "type": "message",
         "role": "assistant",
-        "model": answer.model or request.get("model"),
+        "model": model,
         "content": content,
-        "stop_reason": stop_reason,
-        "stop_sequence": stop_sequence,
-        "usage": _usage(answer.usage),
+        "stop_reason": stop[0],
+        "stop_sequence": stop[1],
+        "usage": usage,
     }
 
 
@@ -307,16 +300,9 @@ class _MessageStream:
         self.open_text: int | None = None
 
     def start(self) -> list[bytes]:
-        message: dict[str, Any] = {
-            "id": new_id("msg_"),
-            "type": "message",
-            "role": "assistant",
-            "model": self.request.get("model"),
-            "content": [],
-            "stop_reason": None,
-            "stop_sequence": None,
-            "usage": {"input_tokens": 0, "output_tokens": 0},
-        }
+        message = _message(
+            self.request.get("model"), [], (None, None), {"input_tokens": 0, "output_tokens": 0}
+        )
         return [_event("message_start", message=message)]
 
     def text(self, delta: str) -> list[bytes]:

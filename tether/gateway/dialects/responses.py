@@ -11,16 +11,15 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from starlette.responses import Response
-
 from tether.gateway.dialects.common import (
     ChatAnswer,
     StreamEnd,
     ToolCall,
     arguments_text,
     bad_request,
+    chat_tool_call,
     check_fields,
-    copy_sampling,
+    copy_fields,
     copy_stream,
     expect_dict,
     expect_dicts,
@@ -32,7 +31,6 @@ from tether.gateway.dialects.common import (
     sse_event,
     write_events,
 )
-from tether.gateway.errors import GatewayError
 
 SUPPORTED_FIELDS = (
     "model",
@@ -63,6 +61,8 @@ SUPPORTED_FIELDS = (
 STATELESS = "the gateway keeps no responses; send the whole conversation in 'input'"
 ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
 TEXT_PARTS = ("input_text", "output_text", "text", "refusal")
+# The chat finish reasons that leave a response incomplete, and the reason the response gives.
+INCOMPLETE_REASONS = {"length": "max_output_tokens", "content_filter": "content_filter"}
 
 
 # -- request -------------------------------------------------------------------------------------------
@@ -86,7 +86,7 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
     max_tokens = positive_int(body, "max_output_tokens")
     if max_tokens is not None:
         chat["max_tokens"] = max_tokens
-    copy_sampling(body, chat, ("temperature", "top_p", "parallel_tool_calls"))
+    copy_fields(body, chat, ("temperature", "top_p", "parallel_tool_calls"))
     response_format = _response_format(body.get("text"))
     if response_format is not None:
         chat["response_format"] = response_format
@@ -116,14 +116,11 @@ def _add_item(messages: list[dict[str, Any]], item: dict[str, Any], param: str) 
             raise bad_request(f"'{param}.role' must be one of {', '.join(ROLES)}", param=f"{param}.role")
         messages.append({"role": role, "content": _text(item.get("content"), f"{param}.content")})
     elif kind == "function_call":
-        call = {
-            "id": expect_str(item.get("call_id"), f"{param}.call_id"),
-            "type": "function",
-            "function": {
-                "name": expect_str(item.get("name"), f"{param}.name"),
-                "arguments": arguments_text(item.get("arguments", ""), f"{param}.arguments"),
-            },
-        }
+        call = chat_tool_call(
+            expect_str(item.get("call_id"), f"{param}.call_id"),
+            expect_str(item.get("name"), f"{param}.name"),
+            arguments_text(item.get("arguments", ""), f"{param}.arguments"),
+        )
         last = messages[-1] if messages else None
         if last is not None and last["role"] == "assistant":
             last.setdefault("tool_calls", []).append(call)
@@ -172,9 +169,7 @@ def _tools(tools: Any) -> list[dict[str, Any]]:
                 param=f"{where}.type",
             )
         function: dict[str, Any] = {"name": expect_str(tool.get("name"), f"{where}.name")}
-        for key in ("description", "parameters", "strict"):
-            if tool.get(key) is not None:
-                function[key] = tool[key]
+        copy_fields(tool, function, ("description", "parameters", "strict"))
         out.append({"type": "function", "function": function})
     return out
 
@@ -208,9 +203,7 @@ def _response_format(text: Any) -> dict[str, Any] | None:
         return {"type": "json_object"}
     if kind == "json_schema":
         schema = {"name": expect_str(fmt.get("name"), "text.format.name"), "schema": fmt.get("schema")}
-        for key in ("strict", "description"):
-            if fmt.get(key) is not None:
-                schema[key] = fmt[key]
+        copy_fields(fmt, schema, ("strict", "description"))
         return {"type": "json_schema", "json_schema": schema}
     raise bad_request(
         "'text.format.type' must be 'text', 'json_object' or 'json_schema'", param="text.format.type"
@@ -285,14 +278,10 @@ def _envelope(
 
 def _finish(envelope: dict[str, Any], output: list[dict[str, Any]], finish_reason: str | None) -> None:
     envelope["output"] = output
-    if finish_reason == "length":
-        envelope["status"] = "incomplete"
-        envelope["incomplete_details"] = {"reason": "max_output_tokens"}
-    elif finish_reason == "content_filter":
-        envelope["status"] = "incomplete"
-        envelope["incomplete_details"] = {"reason": "content_filter"}
-    else:
-        envelope["status"] = "completed"
+    reason = INCOMPLETE_REASONS.get(finish_reason or "")
+    envelope["status"] = "completed" if reason is None else "incomplete"
+    if reason is not None:
+        envelope["incomplete_details"] = {"reason": reason}
 
 
 def from_chat(response: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]:
@@ -349,10 +338,9 @@ class _ResponseStream:
         if current is None or current.call is not None:
             current = self._open_message(events)
         current.text.append(delta)
-        delta_event = self.item_event(
-            "response.output_text.delta", current, content_index=0, delta=delta, logprobs=[]
+        events.append(
+            self.item_event("response.output_text.delta", current, content_index=0, delta=delta, logprobs=[])
         )
-        events.append(delta_event)
         return events
 
     def _open_message(self, events: list[bytes]) -> _OpenItem:
@@ -416,7 +404,3 @@ class _ResponseStream:
 
 def stream(chunks: AsyncIterator[dict[str, Any]], request: dict[str, Any]) -> AsyncIterator[bytes]:
     return write_events(_ResponseStream(request), chunks)
-
-
-def error_response(error: GatewayError) -> Response:
-    return error.response()  # the Responses API reports errors in the chat-completions shape

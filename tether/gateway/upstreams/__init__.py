@@ -7,7 +7,7 @@ as absent: the gateway never re-tokenizes text to invent them.
 """
 
 from tether.gateway.upstreams.base import CallKind, CallRecord, ChoiceRecord, Upstream
-from tether.gateway.upstreams.http import HTTPUpstream, HTTPUpstreamConfig, Target
+from tether.gateway.upstreams.http import HTTPUpstream, HTTPUpstreamConfig
 from tether.gateway.upstreams.replicas import ReplicaUpstream
 from tether.gateway.upstreams.sse import StreamAborted, record_of_events, sse
 
@@ -19,7 +19,6 @@ __all__ = [
     "HTTPUpstreamConfig",
     "ReplicaUpstream",
     "StreamAborted",
-    "Target",
     "Upstream",
     "record_of_events",
     "sse",

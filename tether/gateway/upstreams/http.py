@@ -212,7 +212,7 @@ class HTTPUpstream:
         acc = StreamAccumulator(kind)
         wants_usage = bool(stream_options(body).get("include_usage"))
         try:
-            async for data in sse_events(response):
+            async for data in sse_events(response.content.iter_any()):
                 if data == b"[DONE]":
                     break
                 try:

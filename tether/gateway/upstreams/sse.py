@@ -3,10 +3,9 @@ into the whole call it streamed (or the part of it streamed before the agent wen
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any
 
-import aiohttp
 import orjson
 
 from tether.gateway.upstreams.base import CallKind, CallRecord, ChoiceRecord, int_list, logprob_values
@@ -27,11 +26,9 @@ def record_of_events(kind: CallKind, events: list[bytes], policy_version: int | 
     """The call as far as the relayed events tell it (ids and logprobs only where the agent asked)."""
     acc = StreamAccumulator(kind)
     for event in events:
-        for line in event.split(b"\n"):
-            if not line.startswith(b"data:"):
-                continue
+        for data in data_lines(event):
             try:
-                chunk = orjson.loads(line[5:])
+                chunk = orjson.loads(data)
             except orjson.JSONDecodeError:
                 continue
             if isinstance(chunk, dict):
@@ -39,15 +36,19 @@ def record_of_events(kind: CallKind, events: list[bytes], policy_version: int | 
     return acc.record(policy_version)
 
 
-async def sse_events(response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+def data_lines(event: bytes) -> list[bytes]:
+    return [line[5:].strip() for line in event.split(b"\n") if line.startswith(b"data:")]
+
+
+async def sse_events(pieces: AsyncIterable[bytes]) -> AsyncIterator[bytes]:
+    """The data of each `data:` line of an event stream, as its events complete."""
     buffer = b""
-    async for piece in response.content.iter_any():
+    async for piece in pieces:
         buffer += piece
         while b"\n\n" in buffer:
             event, buffer = buffer.split(b"\n\n", 1)
-            for line in event.split(b"\n"):
-                if line.startswith(b"data:"):
-                    yield line[5:].strip()
+            for data in data_lines(event):
+                yield data
 
 
 class StreamAccumulator:
@@ -110,9 +111,8 @@ class StreamAccumulator:
     def _extend(target: dict[int, Any], index: int, values: list[Any] | None) -> None:
         if values is None:
             target.setdefault(index, None)
-            return
-        current = target.get(index)
-        target[index] = (current or []) + values
+        else:
+            target[index] = (target.get(index) or []) + values
 
     def record(self, policy_version: int | None) -> CallRecord:
         choices = [
