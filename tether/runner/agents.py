@@ -86,7 +86,7 @@ async def _pump(stream: asyncio.StreamReader | None, sink: _TailBuffer) -> None:
         sink.add(chunk)
 
 
-def _last_line(text: str) -> str | None:
+def last_line(text: str) -> str | None:
     lines = [line for line in text.splitlines() if line.strip()]
     return lines[-1].strip() if lines else None
 
@@ -219,15 +219,7 @@ class CommandAgent:
         assert self.warm is not None
         pipes = ChildPipes()
         try:
-            started = await self.warm.fork(
-                command.argv,
-                command.cwd,
-                command.env,
-                zygote_env,
-                command.identity,
-                pipes.child_fds,
-                confined,
-            )
+            started = await self.warm.fork(command, zygote_env, pipes.child_fds, confined)
         except BaseException:
             pipes.close()
             raise
@@ -311,9 +303,9 @@ def _outcome(
     if timed_out:
         error = f"timed out after {timeout_s:g}s; process group killed"
     elif error is None and code != 0:
-        tail = _last_line(stderr) or "no stderr"
+        tail = last_line(stderr) or "no stderr"
         error = f"agent {_exit_reason(code)}: {tail}"
-    return AgentResult(_last_line(stdout), code, timed_out, error, stdout, stderr)
+    return AgentResult(last_line(stdout), code, timed_out, error, stdout, stderr)
 
 
 # Tether's own settings, which name the project (and so its secret) or carry the admin token.
@@ -391,16 +383,12 @@ def _exit_reason(code: int | None) -> str:
 
 
 async def _kill_group(process: asyncio.subprocess.Process) -> None:
-    for sig, wait in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, KILL_GRACE_S)):
-        try:
-            os.killpg(process.pid, sig)
-        except ProcessLookupError:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        if not _signal_group(process.pid, sig):
             return
-        try:
-            await asyncio.wait_for(process.wait(), wait)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(process.wait(), KILL_GRACE_S)
             return
-        except TimeoutError:
-            continue
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> bool:

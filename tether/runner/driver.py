@@ -16,7 +16,7 @@ from typing import Any
 
 from tether.contracts import CallAttr, Meta, is_call_span
 from tether.store.base import Store
-from tether.store.models import Rollout, RolloutRequest, RolloutStatus, Span
+from tether.store.models import Rollout, RolloutRequest, RolloutStatus
 from tether.store.reward_rule import rollout_final_reward
 
 # How often a wait returns to report progress (and to check that the workers are alive) while rollouts
@@ -49,24 +49,19 @@ class RunnerStats:
         return statistics.fmean(self.rewards) if self.rewards else None
 
 
-def call_stats(spans: Sequence[Span]) -> tuple[int, int]:
-    calls = [s for s in spans if is_call_span(s.name)]
-    tokens = sum(int((s.attributes.get(CallAttr.USAGE) or {}).get("completion_tokens") or 0) for s in calls)
-    return len(calls), tokens
-
-
 def read_outcome(store: Store, rollout: Rollout) -> RolloutOutcome:
     """A finished rollout's outcome, as the store has it."""
     attempt = rollout.attempt_count
     reward = rollout_final_reward(rollout, store.query_rewards(rollout.id), attempt or None)
     spans = store.query_spans(rollout_id=rollout.id, attempt=attempt, limit=1_000_000) if attempt else []
-    calls, tokens = call_stats(spans)
+    calls = [s for s in spans if is_call_span(s.name)]
+    tokens = sum(int((s.attributes.get(CallAttr.USAGE) or {}).get("completion_tokens") or 0) for s in calls)
     return RolloutOutcome(
         rollout.id,
         rollout.status,
         attempt,
         reward,
-        calls,
+        len(calls),
         tokens,
         rollout.error,
         rollout.task_id,

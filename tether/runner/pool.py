@@ -188,7 +188,7 @@ class WorkerPool:
 
     async def _finish(self, rollout: Rollout, attempt: int, result: AgentResult) -> None:
         spans = await asyncio.to_thread(
-            lambda: self.store.query_spans(rollout_id=rollout.id, attempt=attempt, limit=1_000_000)
+            self.store.query_spans, rollout_id=rollout.id, attempt=attempt, limit=1_000_000
         )
         rewards: list[Reward] = air_rewards(spans, self.config.air, rollout.id, attempt)
         error = result.error
@@ -233,9 +233,7 @@ class WorkerPool:
     ) -> Rollout | None:
         try:
             return await asyncio.to_thread(
-                lambda: self.store.update_status(
-                    rollout.id, status, output=output, error=error, attempt=attempt
-                )
+                self.store.update_status, rollout.id, status, output=output, error=error, attempt=attempt
             )
         except (InvalidTransition, NotFound):  # finished by someone else meanwhile (e.g. cancelled)
             return None

@@ -24,10 +24,6 @@ def pool_factory(kind: str, options: Any = None) -> PoolFactory:
     return POOL_KINDS.get(kind)(options)
 
 
-def _local(options: Any) -> PoolFactory:
-    return WorkerPool
-
-
 def _kubernetes(options: Any) -> PoolFactory:
     from tether.runner.k8s.pool import kubernetes_pools  # the Kubernetes client loads only when used
 
@@ -40,7 +36,7 @@ def _ray(options: Any) -> PoolFactory:
     return RayPool.factory(options.cluster, options.authority, options.announce)
 
 
-register("local", _local)
+register("local", lambda options: WorkerPool)
 register("k8s", _kubernetes)
 register("ray", _ray)  # chosen by `--ray` (tether.trainer.ray_placement), not by `--runner`
 PLACED_KINDS = ("ray",)

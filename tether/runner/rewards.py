@@ -145,7 +145,7 @@ def evaluate(
     if isinstance(verdict, Scored):
         spans = attributed(verdict.spans, rollout_id, attempt)
         verdict = verdict.values
-    if isinstance(verdict, bool) or isinstance(verdict, int | float):
+    if isinstance(verdict, int | float):  # a bool too
         values = {primary or "reward": float(verdict)}
     elif isinstance(verdict, dict) and verdict:
         values = {str(k): v for k, v in verdict.items()}

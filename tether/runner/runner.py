@@ -57,12 +57,11 @@ class Runner:
         self.store = store
         self.config = config or RunnerConfig()
         self.on_update = on_update
-        make_pool = pools or WorkerPool
-        self.pool = make_pool(store, agent, endpoints, evaluator, self.config, run, self._notify)
+        self.pool = (pools or WorkerPool)(store, agent, endpoints, evaluator, self.config, run, self._notify)
         agent_rewards = self.config.agent_rewards
-        if agent_rewards is None:
-            agent_rewards = evaluator is None
-        self.driver = Driver(store, run, self._notify, agent_rewards)
+        self.driver = Driver(
+            store, run, self._notify, evaluator is None if agent_rewards is None else agent_rewards
+        )
 
     @property
     def run_name(self) -> str | None:

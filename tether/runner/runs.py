@@ -42,10 +42,9 @@ def default_run_name(command: str, label: str, settings: Mapping[str, Any]) -> s
     return f"{command}-{slug}-{digest}"
 
 
-def check_run_name(name: str) -> str:
+def check_run_name(name: str) -> None:
     if not RUN_NAME.fullmatch(name):
         raise RunError(f"bad run name {name!r}: use letters, digits, '.', '_' and '-' (at most 128)")
-    return name
 
 
 def process_id() -> str:
@@ -97,11 +96,9 @@ def start_run(
     if existing is not None and fresh:
         archive_run(store, existing)
         existing = None
-    if existing is None:
-        store.put_resource(resource_name(name), RUN_RESOURCE_KIND, asdict(wanted))
-        return wanted
-    _check_same(existing, wanted)
-    wanted.starts = existing.starts + 1
+    if existing is not None:
+        _check_same(existing, wanted)
+        wanted.starts = existing.starts + 1
     store.put_resource(resource_name(name), RUN_RESOURCE_KIND, asdict(wanted))
     return wanted
 
@@ -134,7 +131,7 @@ def _check_same(existing: RunRecord, wanted: RunRecord) -> None:
             )
 
 
-def archive_run(store: Store, record: RunRecord) -> str:
+def archive_run(store: Store, record: RunRecord) -> None:
     """Move a run out of the way under `NAME~N`: its queued rollouts are cancelled (nothing runs them
     any more), every rollout and record is kept."""
     number = 1
@@ -144,7 +141,6 @@ def archive_run(store: Store, record: RunRecord) -> str:
     cancel_queued(store, record.name, "the run was started over (--fresh)")
     store.rename_run(record.name, archived)
     store.put_resource(resource_name(archived), RUN_RESOURCE_KIND, {**asdict(record), "name": archived})
-    return archived
 
 
 def cancel_queued(store: Store, run: str, reason: str) -> int:

@@ -193,10 +193,9 @@ class BwrapSandbox:
             _prepare_relay_dir(layout.relay_dir, identity)
             _own(layout.scratch, identity)
             inner = [*self._relay(ready, layout.relay_dir, None), *argv] if relay else argv
-            command = bwrap_argv(ready, layout, inner)
             try:
                 done = subprocess.run(
-                    command,
+                    bwrap_argv(ready, layout, inner),
                     cwd=layout.scratch,
                     env={"PATH": os.environ.get("PATH", os.defpath)},
                     stdin=subprocess.DEVNULL,
@@ -211,14 +210,17 @@ class BwrapSandbox:
 
     # -- one agent -------------------------------------------------------------------------------------
 
-    @contextlib.asynccontextmanager
-    async def launch(self, command: Command) -> AsyncIterator[Command]:
+    async def _prepare(self, command: Command) -> tuple[Ready, tuple[str, int] | None, int]:
+        """Checked for the agent's user (once); the gateway's address, and the relay's port inside."""
         uid = command.identity.get("user")
         if uid not in self._ready:
             await asyncio.to_thread(self.check, command.identity)
-        ready = self._ready[uid]
         target = gateway_address(command.env)
-        inner_port = _inner_port(target)
+        return self._ready[uid], target, _inner_port(target)
+
+    @contextlib.asynccontextmanager
+    async def launch(self, command: Command) -> AsyncIterator[Command]:
+        ready, target, inner_port = await self._prepare(command)
         with tempfile.TemporaryDirectory(prefix="tether-sandbox-") as relay_dir:
             _prepare_relay_dir(relay_dir, command.identity)
             async with _gateway_socket(relay_dir, target, command.identity) as served:
@@ -238,11 +240,7 @@ class BwrapSandbox:
         `folder`, beside its scratch directory (`command.cwd`), the only two the child will see there;
         the command with the sandbox's environment, and how the zygote and the child confine it. The
         zygote's environment is the allow-listed one with `shared_env` (no attempt's own variables)."""
-        uid = command.identity.get("user")
-        if uid not in self._ready:
-            await asyncio.to_thread(self.check, command.identity)
-        target = gateway_address(command.env)
-        inner_port = _inner_port(target)
+        _, target, inner_port = await self._prepare(command)
         folder = os.path.realpath(folder)
         if not os.path.exists(os.path.join(folder, RELAY_SOURCE.name)):
             _prepare_relay_dir(folder, command.identity)
@@ -307,9 +305,7 @@ class BwrapSandbox:
         env.update({"HOME": command.cwd, "TMPDIR": command.cwd, "PWD": command.cwd})
         if "HOME" in names and "HOME" in command.inherited:
             env["HOME"] = command.inherited["HOME"]
-        given = command.env
-        if target is not None:
-            given = _retarget(given, target, inner_port)
+        given = command.env if target is None else _retarget(command.env, target, inner_port)
         return {**env, **given}
 
 
@@ -507,9 +503,5 @@ def open_sandbox(kind: str, options: SandboxOptions | None = None) -> Sandbox:
     return SANDBOXES.get(kind)(options or SandboxOptions())
 
 
-def _none(options: SandboxOptions) -> Sandbox:
-    return NoSandbox()
-
-
-register("none", _none)
+register("none", lambda options: NoSandbox())
 register("bwrap", BwrapSandbox)

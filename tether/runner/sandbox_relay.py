@@ -32,14 +32,12 @@ CHUNK = 64 * 1024
 
 async def serve_socket(path: str, host: str, port: int) -> asyncio.Server:
     """Connections on the Unix socket `path` go to the gateway at host:port, byte for byte."""
-    import asyncio  # here, not at the top: the inside end must not pay for it
+    import asyncio  # here, not at the top: the inside end must not pay for them
+    import functools
 
     from tether.runner.splice import splice
 
-    async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await splice(reader, writer, host, port)
-
-    return await asyncio.start_unix_server(connection, path)
+    return await asyncio.start_unix_server(functools.partial(splice, host=host, port=port), path)
 
 
 # -- inside the sandbox -----------------------------------------------------------------------------

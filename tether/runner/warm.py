@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tether.runner.sandbox import Confined
+from tether.runner.sandbox import Command, Confined
 from tether.runner.zygote import is_tether
 
 ZYGOTE_SCRIPT = Path(__file__).with_name("zygote.py")
@@ -57,19 +57,14 @@ PYTHON_NAME = re.compile(r"python(\d+(\.\d+)?)?$")
 log = logging.getLogger(__name__)
 
 
-@dataclass
-class _CpuTally:
-    seconds: float = 0.0
-
-
 # The CPU seconds of every warm child that ended in this process, as its zygote measured them: a cold
 # agent's are in the process's RUSAGE_CHILDREN, a warm one's are its zygote's until the zygote ends.
-_FORKED_CPU = _CpuTally()
+_forked_cpu = 0.0
 
 
 def forked_cpu_seconds() -> float:
     """The user and system CPU time of the warm agents (and their waited-for children) ended so far."""
-    return _FORKED_CPU.seconds
+    return _forked_cpu
 
 
 class ZygoteDied(RuntimeError):
@@ -81,9 +76,7 @@ def python_entry(argv: Sequence[str]) -> tuple[str, list[str]] | None:
     flags; None for anything else, which starts cold."""
     if len(argv) < 2 or not PYTHON_NAME.match(os.path.basename(argv[0])):
         return None
-    if argv[1] == "-m" and len(argv) >= 3:
-        return argv[0], list(argv[1:])
-    if argv[1].endswith(".py") and os.path.isfile(argv[1]):
+    if (argv[1] == "-m" and len(argv) >= 3) or (argv[1].endswith(".py") and os.path.isfile(argv[1])):
         return argv[0], list(argv[1:])
     return None
 
@@ -131,11 +124,12 @@ class Started:
         line = await self.lines.next()
         if "status" not in line:
             raise ZygoteDied("the warm interpreter ended while the agent ran")
-        _FORKED_CPU.seconds += float(line.get("cpu") or 0.0)
+        global _forked_cpu
+        _forked_cpu += float(line.get("cpu") or 0.0)
         return os.waitstatus_to_exitcode(int(line["status"]))
 
     def close(self) -> None:
-        self.lines.close()
+        self.lines.connection.close()
 
 
 @dataclass
@@ -146,16 +140,13 @@ class Zygote:
     python: str
     modules: list[str]
     folder: str
-    learned: bool = False  # its modules are those of a finished run (or the user's): nothing to learn
-    key: str = ""  # in WarmStarts: the interpreter, and the sandbox it runs in, if any
+    learned: bool  # its modules are those of a finished run (or the user's): nothing to learn
+    key: str  # in WarmStarts: the interpreter, and the sandbox it runs in, if any
     wrap: tuple[str, ...] = ()  # the command it runs under (its sandbox's bwrap, up to `--`)
     warm_folder: str | None = None  # with `wrap`: where the zygote's scripts and the rollouts' folders are
     process: subprocess.Popen[bytes] | None = None
     loaded: list[str] = field(default_factory=list)
     setting: tuple[str, dict[str, str], dict[str, Any]] = ("", {}, {})  # script dir, env, identity
-
-    def __post_init__(self) -> None:
-        self.key = self.key or self.python
 
     @property
     def socket_path(self) -> str:
@@ -276,7 +267,7 @@ def _give_up(lines: Lines) -> None:
         lines.connection.shutdown(socket.SHUT_RD)
         while chunk := lines.connection.recv(4096):
             data += chunk
-    lines.close()
+    lines.connection.close()
     for line in data.splitlines():
         with contextlib.suppress(ValueError, TypeError, AttributeError):
             pid = int(json.loads(line).get("pid"))
@@ -301,9 +292,6 @@ class Lines:
             self.buffer += chunk
         line, self.buffer = self.buffer.split(b"\n", 1)
         return dict(json.loads(line))
-
-    def close(self) -> None:
-        self.connection.close()
 
 
 class WarmStarts:
@@ -342,22 +330,19 @@ class WarmStarts:
 
     async def fork(
         self,
-        argv: Sequence[str],
-        cwd: str,
-        env: Mapping[str, str],
+        command: Command,
         base_env: Mapping[str, str],
-        identity: Mapping[str, Any],
         fds: Sequence[int],
         confined: Confined | None = None,
     ) -> Started | None:
-        entry = python_entry(argv)
+        entry = python_entry(command.argv)
         if entry is None:
             self._go_cold(
-                argv[0], "the agent command is not `PYTHON SCRIPT.py ...` or `PYTHON -m MODULE ...`"
+                command.argv[0], "the agent command is not `PYTHON SCRIPT.py ...` or `PYTHON -m MODULE ...`"
             )
             return None
         python, args = entry
-        zygote = await self._zygote(python, args, base_env, identity, confined)
+        zygote = await self._zygote(python, args, base_env, command.identity, confined)
         if zygote is None:
             return None
         learn = not zygote.learned and zygote.key not in self.learning
@@ -365,7 +350,7 @@ class WarmStarts:
             self.learning.add(zygote.key)
         sandbox = None if confined is None else confined.settings
         try:
-            started = await zygote.fork([python, *args], cwd, env, fds, learn, sandbox)
+            started = await zygote.fork([python, *args], command.cwd, command.env, fds, learn, sandbox)
         except ZygoteDied as exc:  # this agent starts cold; a dead zygote is restarted by the next one
             log.warning("%s", exc)
             return None
@@ -397,7 +382,9 @@ class WarmStarts:
             else:
                 modules = self.modules if self.modules is not None else _learned(args)
                 learned = self.modules is not None
-            zygote = self._new_zygote(python, modules, identity, learned, key, confined)
+            parent = None if confined is None else confined.folder
+            wrap = () if confined is None else confined.wrap
+            zygote = Zygote(python, modules, self._folder(identity, parent), learned, key, wrap, parent)
             reason = await zygote.start(_script_dir(args), confined.env if confined else env, identity)
             if reason is not None:
                 self._go_cold(key, reason)
@@ -411,20 +398,6 @@ class WarmStarts:
             return python
         number = self._wraps.setdefault(confined.wrap, str(len(self._wraps) + 1))
         return f"{python} (sandbox {number})"
-
-    def _new_zygote(
-        self,
-        python: str,
-        modules: list[str],
-        identity: Mapping[str, Any],
-        learned: bool,
-        key: str,
-        confined: Confined | None,
-    ) -> Zygote:
-        if confined is None:
-            return Zygote(python, modules, self._folder(identity), learned, key)
-        folder = self._folder(identity, confined.folder)
-        return Zygote(python, modules, folder, learned, key, confined.wrap, confined.folder)
 
     def _folder(self, identity: Mapping[str, Any], parent: str | None = None) -> str:
         """A folder for one zygote's socket, the agent user's when there is one."""
@@ -530,8 +503,8 @@ class ChildPipes:
         readers = []
         for fd in (self.out_read, self.err_read):
             reader = asyncio.StreamReader()
-            protocol = asyncio.StreamReaderProtocol(reader)
-            await loop.connect_read_pipe(functools.partial(_same, protocol), os.fdopen(fd, "rb", 0))
+            protocol = functools.partial(asyncio.StreamReaderProtocol, reader)
+            await loop.connect_read_pipe(protocol, os.fdopen(fd, "rb", 0))
             readers.append(reader)
         return readers[0], readers[1]
 
@@ -541,7 +514,3 @@ class ChildPipes:
         for fd in (self.out_read, self.err_read):
             with contextlib.suppress(OSError):
                 os.close(fd)
-
-
-def _same(protocol: asyncio.StreamReaderProtocol) -> asyncio.StreamReaderProtocol:
-    return protocol

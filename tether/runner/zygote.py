@@ -40,7 +40,6 @@ import socket
 import sys
 import threading
 import traceback
-from importlib.machinery import ModuleSpec
 from types import ModuleType, TracebackType
 from typing import Any, NamedTuple, NoReturn
 
@@ -79,7 +78,10 @@ def preload(names: list[str], script_dir: str) -> list[str]:
 
 
 def _import(name: str, script_dir: str) -> bool:
-    spec = _find(name)
+    try:
+        spec = importlib.util.find_spec(name)
+    except Exception:  # a dotted name imports its package, which may fail in any way
+        return False
     if spec is None or _inside(spec.origin, script_dir):
         return False  # the agent's own modules are imported by each run, as a cold start does
     try:
@@ -87,13 +89,6 @@ def _import(name: str, script_dir: str) -> bool:
     except Exception:  # an import that fails here fails (with its message) in the agent itself
         return False
     return True
-
-
-def _find(name: str) -> ModuleSpec | None:
-    try:
-        return importlib.util.find_spec(name)
-    except Exception:  # a dotted name imports its package, which may fail in any way
-        return None
 
 
 def _inside(origin: str | None, folder: str) -> bool:
@@ -245,15 +240,11 @@ def _confine(request: dict[str, Any], sandbox: Sandboxing) -> int | None:
         sandbox.confinement.confine(request["sandbox"], sandbox.relay)
     except Exception as exc:
         sandbox.confinement.fail(exc)
-    _forget_the_zygotes_paths()
-    return learn
-
-
-def _forget_the_zygotes_paths() -> None:
-    """`tempfile` caches its folder from the zygote's TMPDIR, which the sandboxed agent does not see."""
+    # `tempfile` caches its folder from the zygote's TMPDIR, which the sandboxed agent does not see.
     tempfile = sys.modules.get("tempfile")
     if tempfile is not None:
         tempfile.tempdir = None  # type: ignore[attr-defined]
+    return learn
 
 
 def _write_modules(sink: int | str) -> None:
@@ -348,10 +339,9 @@ class Zygote:
         self.children: dict[int, socket.socket] = {}  # pid -> the connection that asked for it
         self.retired = False
         self.selector = selectors.DefaultSelector()
-        wake_read, self.wake_write = os.pipe()
-        os.set_blocking(wake_read, False)
+        self.wake_read, self.wake_write = os.pipe()
+        os.set_blocking(self.wake_read, False)
         os.set_blocking(self.wake_write, False)
-        self.wake_read = wake_read
 
     def serve(self) -> None:
         signal.set_wakeup_fd(self.wake_write)

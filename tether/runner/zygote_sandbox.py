@@ -62,7 +62,7 @@ def confine(settings: dict[str, Any], relay: ModuleType) -> None:
     zygote_uid, zygote_gid = os.getuid(), os.getgid()
     _die_with_parent()
     _unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWPID)
-    _try_unshare(CLONE_NEWCGROUP)  # as bwrap's --unshare-cgroup-try
+    _libc.unshare(CLONE_NEWCGROUP)  # may fail: as bwrap's --unshare-cgroup-try
     _map_ids(0, zygote_uid, 0, zygote_gid)  # root here, so that devpts can be mounted
     socket.sethostname(HOSTNAME)
     _loopback_up()
@@ -70,7 +70,7 @@ def confine(settings: dict[str, Any], relay: ModuleType) -> None:
     _exit_after(os.fork())  # C1 waits; C2 goes on, as PID 1 of the new PID namespace
     _die_with_parent()
     os.setsid()  # as bwrap's --new-session
-    _mount_proc()
+    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NOEXEC | MS_NODEV)
     _disable_user_namespaces(settings["uid"], settings["gid"])
     options = relay.parse(settings["relay"])
     server = relay.bind(options.port) if options.socket else None
@@ -155,21 +155,15 @@ def _exit_after(pid: int) -> None:
     """In the parent: wait for `pid` and exit as it did. In the child (pid 0): return."""
     if pid == 0:
         return
-    while True:
-        try:
-            _, status = os.waitpid(pid, 0)
-            break
-        except ChildProcessError:
-            os._exit(1)
+    try:
+        _, status = os.waitpid(pid, 0)
+    except ChildProcessError:
+        os._exit(1)
     code = os.waitstatus_to_exitcode(status)
     os._exit(code if code >= 0 else 128 - code)
 
 
 # -- the sandbox's init, C2 ---------------------------------------------------------------------------
-
-
-def _mount_proc() -> None:
-    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NOEXEC | MS_NODEV)
 
 
 def _disable_user_namespaces(uid: int, gid: int) -> None:
@@ -239,10 +233,6 @@ def _die_with_parent() -> None:
 def _unshare(flags: int) -> None:
     if _libc.unshare(flags) != 0:
         raise _error(f"unshare({flags:#x})")
-
-
-def _try_unshare(flags: int) -> None:
-    _libc.unshare(flags)
 
 
 def _map_ids(uid: int, outer_uid: int, gid: int, outer_gid: int) -> None:

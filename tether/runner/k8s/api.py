@@ -6,7 +6,7 @@ specification (so its models match the API), with a watch helper that resumes fr
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, cast
 
 import orjson
@@ -56,9 +56,16 @@ def api_error(exc: ApiException) -> str:
     return f"{exc.status} {message}".strip()
 
 
-def _release(response: Any) -> None:
-    """An unread response (`_preload_content=False`) goes back to the connection pool."""
-    response.release_conn()
+def _delete(call: Callable[..., Any], name: str, namespace: str, **options: Any) -> None:
+    """Delete `name`; gone already is fine. The response (a Status or the object, depending on the
+    server) is not needed: unread (`_preload_content=False`), it goes back to the connection pool."""
+    try:
+        call(
+            name, namespace, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S, **options
+        ).release_conn()
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
 
 
 def invalid_job(job: dict[str, Any]) -> str | None:
@@ -93,59 +100,35 @@ class Kube:
 
     # -- Jobs and Secrets -----------------------------------------------------------------------------
 
+    def _create(self, call: Callable[..., Any], body: dict[str, Any]) -> Any:
+        return call(self.namespace, body, _request_timeout=REQUEST_TIMEOUT_S)
+
     def create_job(self, body: dict[str, Any]) -> client.V1Job:
-        return self.batch.create_namespaced_job(
-            self.namespace, cast(Any, body), _request_timeout=REQUEST_TIMEOUT_S
-        )
+        return self._create(self.batch.create_namespaced_job, body)
 
     def create_secret(self, body: dict[str, Any]) -> client.V1Secret:
-        return self.core.create_namespaced_secret(
-            self.namespace, cast(Any, body), _request_timeout=REQUEST_TIMEOUT_S
-        )
+        return self._create(self.core.create_namespaced_secret, body)
 
     def delete_job(self, name: str) -> None:
-        """Deletes the Job and, in the background, its pods; gone already is fine."""
-        try:
-            _release(
-                self.batch.delete_namespaced_job(
-                    name,
-                    self.namespace,
-                    propagation_policy="Background",
-                    _preload_content=False,  # a Status or the Job, depending on the server: not needed
-                    _request_timeout=REQUEST_TIMEOUT_S,
-                )
-            )
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+        """Deletes the Job and, in the background, its pods."""
+        _delete(self.batch.delete_namespaced_job, name, self.namespace, propagation_policy="Background")
 
     def delete_secret(self, name: str) -> None:
-        try:
-            _release(
-                self.core.delete_namespaced_secret(
-                    name, self.namespace, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S
-                )
-            )
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+        _delete(self.core.delete_namespaced_secret, name, self.namespace)
+
+    def _list(self, call: Callable[..., Any], selector: str) -> Any:
+        return call(self.namespace, label_selector=selector, _request_timeout=REQUEST_TIMEOUT_S)
 
     def list_jobs(self, selector: str) -> tuple[list[Any], str]:
-        jobs = self.batch.list_namespaced_job(
-            self.namespace, label_selector=selector, _request_timeout=REQUEST_TIMEOUT_S
-        )
+        jobs = self._list(self.batch.list_namespaced_job, selector)
         version = jobs.metadata.resource_version if jobs.metadata else None
         return list(jobs.items), version or ""
 
     def list_secrets(self, selector: str) -> list[Any]:
-        secrets = self.core.list_namespaced_secret(
-            self.namespace, label_selector=selector, _request_timeout=REQUEST_TIMEOUT_S
-        )
-        return list(secrets.items)
+        return list(self._list(self.core.list_namespaced_secret, selector).items)
 
     def watch_jobs(self, selector: str, resource_version: str, timeout_s: int) -> Iterator[dict[str, Any]]:
-        """Job events after `resource_version`, for `timeout_s` at most."""
-        stream = watch.Watch().stream(
+        yield from watch.Watch().stream(
             self.batch.list_namespaced_job,
             self.namespace,
             label_selector=selector,
@@ -153,15 +136,11 @@ class Kube:
             timeout_seconds=timeout_s,
             _request_timeout=timeout_s + REQUEST_TIMEOUT_S,
         )
-        yield from stream
 
     # -- pods -----------------------------------------------------------------------------------------
 
     def pods(self, selector: str) -> list[Any]:
-        pods = self.core.list_namespaced_pod(
-            self.namespace, label_selector=selector, _request_timeout=REQUEST_TIMEOUT_S
-        )
-        return list(pods.items)
+        return list(self._list(self.core.list_namespaced_pod, selector).items)
 
     def pod_log(self, name: str, container: str) -> str:
         text = self.core.read_namespaced_pod_log(
@@ -174,27 +153,13 @@ class Kube:
         return text if isinstance(text, str) else str(text)
 
     def create_pod(self, body: dict[str, Any]) -> client.V1Pod:
-        return self.core.create_namespaced_pod(
-            self.namespace, cast(Any, body), _request_timeout=REQUEST_TIMEOUT_S
-        )
+        return self._create(self.core.create_namespaced_pod, body)
 
     def read_pod(self, name: str) -> Any:
         return self.core.read_namespaced_pod(name, self.namespace, _request_timeout=REQUEST_TIMEOUT_S)
 
     def delete_pod(self, name: str) -> None:
-        try:
-            _release(
-                self.core.delete_namespaced_pod(
-                    name,
-                    self.namespace,
-                    grace_period_seconds=0,
-                    _preload_content=False,
-                    _request_timeout=REQUEST_TIMEOUT_S,
-                )
-            )
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+        _delete(self.core.delete_namespaced_pod, name, self.namespace, grace_period_seconds=0)
 
     # -- preflight ------------------------------------------------------------------------------------
 

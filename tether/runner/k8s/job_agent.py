@@ -6,6 +6,7 @@ exactly as for local agents, so retries, rewards and cancellation behave the sam
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ from typing import Any
 from kubernetes.client.rest import ApiException
 
 from tether.contracts import agent_task
-from tether.runner.agents import LLM, Agent, AgentResult, CommandAgent
+from tether.runner.agents import LLM, Agent, AgentResult, CommandAgent, last_line
 from tether.runner.k8s.api import Kube, api_error, invalid_job
 from tether.runner.k8s.manifest import (
     AttemptRef,
@@ -95,10 +96,8 @@ class JobAgent:
 
     async def _clean_up(self, ref: AttemptRef, delete_job: bool) -> None:
         await self.reconciler.forget(ref.job_name, delete_job)
-        try:
+        with contextlib.suppress(Exception):  # owned by the Job: it goes when the Job's TTL deletes the Job
             await asyncio.to_thread(self.kube.delete_secret, ref.secret_name)
-        except Exception:  # owned by the Job: it goes when the Job's TTL deletes the Job
-            pass
 
     async def _result(self, ref: AttemptRef, ended: JobEnd | None, timeout_s: float) -> AgentResult:
         name = ref.job_name
@@ -110,7 +109,7 @@ class JobAgent:
             return AgentResult(None, None, error=f"Job {name} vanished before it finished ({ended.reason})")
         log, exit_code = await asyncio.to_thread(self._pod_log, ref)
         if ended.ending is Ending.complete:
-            return AgentResult(_last_line(log), exit_code if exit_code is not None else 0, stdout=log)
+            return AgentResult(last_line(log), exit_code if exit_code is not None else 0, stdout=log)
         tail = _tail(log)
         if ended.ending is Ending.timed_out:
             error = f"timed out after {timeout_s:g}s (Job {name}: {ended.reason})"
@@ -142,11 +141,6 @@ def _exit_code(pod: Any, container: str) -> int | None:
         if status.name == container and status.state and status.state.terminated:
             return int(status.state.terminated.exit_code)
     return None
-
-
-def _last_line(text: str) -> str | None:
-    lines = [line for line in text.splitlines() if line.strip()]
-    return lines[-1].strip() if lines else None
 
 
 def _tail(log: str) -> str:

@@ -103,7 +103,7 @@ class JobTemplate:
             text = self.template.render(**context)
         except jinja2.UndefinedError as exc:
             raise TemplateError(
-                f"{self.origin}: {exc.message} (the template sees {_names(context)})"
+                f"{self.origin}: {exc.message} (the template sees {', '.join(sorted(context))})"
             ) from None
         except jinja2.TemplateError as exc:
             raise TemplateError(f"{self.origin}: {exc}") from None
@@ -112,10 +112,6 @@ class JobTemplate:
         except yaml.YAMLError as exc:
             raise TemplateError(f"{self.origin} does not render to valid YAML: {exc}") from None
         return _the_one_job(documents, self.origin)
-
-
-def _names(context: Mapping[str, Any]) -> str:
-    return ", ".join(sorted(context))
 
 
 def _the_one_job(documents: list[Any], origin: str) -> dict[str, Any]:
@@ -180,14 +176,12 @@ def build_job(
 
 
 def env_entries(env: Mapping[str, str], token: str, secret_name: str) -> list[dict[str, Any]]:
-    entries: list[dict[str, Any]] = []
-    for name, value in env.items():
-        if token in value:
-            reference = {"secretKeyRef": {"name": secret_name, "key": secret_key(name)}}
-            entries.append({"name": name, "valueFrom": reference})
-        else:
-            entries.append({"name": name, "value": value})
-    return entries
+    return [
+        {"name": name, "valueFrom": {"secretKeyRef": {"name": secret_name, "key": secret_key(name)}}}
+        if token in value
+        else {"name": name, "value": value}
+        for name, value in env.items()
+    ]
 
 
 def secret_key(variable: str) -> str:

@@ -7,11 +7,6 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 DEFAULT_TTL_S = 600
-DEFAULT_RESYNC_S = 10.0
-DEFAULT_PREFLIGHT_TIMEOUT_S = 120.0
-# How long past its deadline an attempt waits for its Job to report an ending before giving up on it
-# (scheduling and pulling count toward activeDeadlineSeconds, so this is slack for the API, not the pod).
-DEFAULT_END_GRACE_S = 60.0
 
 
 class K8sOptionsError(ValueError):
@@ -34,9 +29,11 @@ class K8sOptions:
     # Where pods' connections are accepted and relayed to the gateway (which listens on loopback only).
     listen: Listen | None = None
     ttl_s: int = DEFAULT_TTL_S
-    resync_s: float = DEFAULT_RESYNC_S
-    preflight_timeout_s: float = DEFAULT_PREFLIGHT_TIMEOUT_S
-    end_grace_s: float = DEFAULT_END_GRACE_S
+    resync_s: float = 10.0
+    preflight_timeout_s: float = 120.0
+    # How long past its deadline an attempt waits for its Job to report an ending before giving up on it
+    # (scheduling and pulling count toward activeDeadlineSeconds, so this is slack for the API, not the pod).
+    end_grace_s: float = 60.0
 
     def __post_init__(self) -> None:
         if not self.job_template.is_file():

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 from collections.abc import Callable
 
 from tether.runner.agents import Agent
@@ -29,19 +30,7 @@ def kubernetes_pools(options: K8sOptions) -> PoolFactory:
     """The factory `Runner(..., pools=...)` calls, for pools with these options."""
     if not isinstance(options, K8sOptions):
         raise ValueError("the k8s runner needs K8sOptions")
-
-    def make(
-        store: Store,
-        agent: Agent,
-        endpoints: AgentEndpoints,
-        evaluator: Evaluator | None,
-        config: RunnerConfig,
-        run: str | None,
-        on_change: Callable[[], None] | None,
-    ) -> KubernetesPool:
-        return KubernetesPool(options, store, agent, endpoints, evaluator, config, run, on_change)
-
-    return make
+    return functools.partial(KubernetesPool, options)
 
 
 class KubernetesPool:

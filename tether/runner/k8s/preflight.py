@@ -75,17 +75,12 @@ def check_images(kube: Kube, job: Mapping[str, Any], timeout_s: float) -> None:
 def probe_pod(job: Mapping[str, Any], image: str) -> dict[str, Any]:
     """A pod that only needs its image: once the container has been created, the image was pulled."""
     pod = job["spec"]["template"]["spec"]
-    pull_policy = next(
-        (
-            c.get("imagePullPolicy")
-            for c in pod["containers"]
-            if c.get("image") == image and "imagePullPolicy" in c
-        ),
-        None,
-    )
+    policies = [
+        c["imagePullPolicy"] for c in pod["containers"] if c.get("image") == image and "imagePullPolicy" in c
+    ]
     container: dict[str, Any] = {"name": "probe", "image": image, "command": ["true"]}
-    if pull_policy:
-        container["imagePullPolicy"] = pull_policy
+    if policies and policies[0]:
+        container["imagePullPolicy"] = policies[0]
     digest = hashlib.sha256(image.encode()).hexdigest()[:10]
     spec = {key: pod[key] for key in PROBE_POD_FIELDS if key in pod}
     return {

@@ -58,6 +58,3 @@ def prepare(options: K8sOptions, tasks: Sequence[Task], agent: Agent | None, tim
         ) from None
     finally:
         kube.close()
-
-
-__all__ = ["KubeError", "TemplateError", "prepare", "preview_job"]

@@ -232,21 +232,17 @@ class Reconciler:
                         self._post(event["object"], event["type"] == "DELETED")
                 delay = BACKOFF_FIRST_S
                 expired_last = False
-            except ApiException as exc:
+            except Exception as exc:  # an API error, or a dropped connection: relist after a backoff
                 if self._stopping.is_set():
                     return
-                if exc.status == HTTPStatus.GONE and not expired_last:  # nothing is wrong: relist now
-                    log.info("the watch's resourceVersion expired (%s); relisting", api_error(exc))
+                api = exc if isinstance(exc, ApiException) else None
+                if api is not None and api.status == HTTPStatus.GONE and not expired_last:  # relist now
+                    log.info("the watch's resourceVersion expired (%s); relisting", api_error(api))
                     expired_last = True
                     continue
-                expired_last = exc.status == HTTPStatus.GONE
-                log.info("watching the run's Jobs: %s; relisting", api_error(exc))
-                self._stopping.wait(delay)
-                delay = min(delay * 2, BACKOFF_MAX_S)
-            except Exception as exc:  # a dropped connection: relist after a backoff
-                if self._stopping.is_set():
-                    return
-                log.info("watching the run's Jobs: %s; relisting", exc)
+                if api is not None:
+                    expired_last = api.status == HTTPStatus.GONE
+                log.info("watching the run's Jobs: %s; relisting", exc if api is None else api_error(api))
                 self._stopping.wait(delay)
                 delay = min(delay * 2, BACKOFF_MAX_S)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from urllib.parse import urlsplit
 
 from tether.runner.splice import splice
@@ -23,7 +24,8 @@ class Relay:
 
     async def start(self) -> None:
         try:
-            self._server = await asyncio.start_server(self._connection, self.host, self.port)
+            connection = functools.partial(splice, host=self.target_host, port=self.target_port)
+            self._server = await asyncio.start_server(connection, self.host, self.port)
         except OSError as exc:
             raise OSError(
                 f"--agent-listen {self.host}:{self.port}: cannot listen ({exc.strerror or exc}); "
@@ -36,6 +38,3 @@ class Relay:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 5)
             self._server = None
-
-    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await splice(reader, writer, self.target_host, self.target_port)
