@@ -154,11 +154,8 @@ class _Chain:
         self.span_ids.append(call.span.span_id)
         self.token_versions += [None] * len(observation) + [call.policy_version] * len(call.response_ids)
 
-    def known_versions(self) -> list[int]:
-        return [version for version in self.token_versions if version is not None]
-
     def transition(self, rollout: Rollout, reward: float, step_rewards: dict[str, float]) -> Transition:
-        known = self.known_versions()
+        known = [version for version in self.token_versions if version is not None]
         return Transition(
             rollout_id=rollout.id,
             task_id=rollout.task_id,
@@ -295,9 +292,7 @@ class _AgentFilter:
         object.__setattr__(self, "exclude", frozenset(self.exclude))
 
     def selects(self, agent: str | None) -> bool:
-        if agent in self.exclude:
-            return False
-        return self.include is None or agent in self.include
+        return agent not in self.exclude and (self.include is None or agent in self.include)
 
 
 def _label_agents(spans: Sequence[Span], calls: Sequence[Span]) -> list[Span]:

@@ -179,8 +179,7 @@ def assign_advantages(
     is False, in which case their samples are kept with advantage 0 (they still count in the loss
     normalisation and in an optional KL term). Transitions with no trained token are never sampled.
     """
-    if method not in METHODS:
-        raise ValueError(f"unknown advantage method {method!r}: expected one of {', '.join(METHODS)}")
+    method = advantage_method(method)
     items = list(transitions)
     refuse_demonstrations(items)
     refuse_unreproducible_sampling(items)

@@ -67,17 +67,9 @@ class ParetoConfig:
 def pareto_pool(candidates: Sequence[Candidate]) -> dict[str, int]:
     """Candidate id -> number of validation tasks it is best on (ties all win), for the candidates that win
     at least one and that no other such candidate dominates; in the order of `candidates`."""
-    scored = [c for c in candidates if c.scores]
-    wins = {c.id: 0 for c in scored}
-    tasks = {task for c in scored for task in c.scores}
-    for task in tasks:
-        present = [c for c in scored if task in c.scores]
-        best = max(c.scores[task] for c in present)
-        for c in present:
-            if c.scores[task] == best:
-                wins[c.id] += 1
-    front = [c for c in scored if wins[c.id] > 0]
-    return {c.id: wins[c.id] for c in front if not any(_dominates(other, c) for other in front)}
+    wins = task_wins(candidates)
+    front = [c for c in candidates if c.id in wins]
+    return {c.id: len(wins[c.id]) for c in front if not any(_dominates(other, c) for other in front)}
 
 
 def _dominates(a: Candidate, b: Candidate) -> bool:

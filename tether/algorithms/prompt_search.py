@@ -460,9 +460,8 @@ def render_traces(traces: Sequence[Trace], limit: int = 6) -> str:
 
 async def start(ctx: SearchContext, initial_text: str | None) -> Candidate:
     """The initial candidate, scored unless the budget cannot pay for it (then its status stays new)."""
-    runner = ctx.candidates_runner
     if initial_text is None:
-        initial_text = await runner.baseline_prompt(ctx.train_tasks[0])
+        initial_text = await ctx.candidates_runner.baseline_prompt(ctx.train_tasks[0])
     initial = ctx.new(initial_text, "initial")
     await ctx.score(initial)
     return initial

@@ -127,7 +127,5 @@ class GroupJudge:
         messages = rank_messages(self.rubric, task, [outputs[i] for i in order], [traces[i] for i in order])
         expected = f"last line 'SCORES: x1, ..., x{len(order)}' with {len(order)} numbers from 0 to 1"
         shown, spans = ask_judge(self.endpoint, messages, lambda r: parse_scores(r, len(order)), expected)
-        scores = [0.0] * len(order)
-        for position, index in enumerate(order):
-            scores[index] = shown[position]
-        return scores, spans
+        by_index = dict(zip(order, shown, strict=True))
+        return [by_index[index] for index in range(len(order))], spans

@@ -42,10 +42,7 @@ class RewardOptions:
 # (the SPEC after "KIND:", options) -> an evaluator of each rollout, or a scorer of a whole group
 SourceKind = Callable[[str, RewardOptions], "Evaluator | GroupScorer"]
 SOURCE_KINDS: Registry[SourceKind] = Registry("reward source")
-
-
-def register(kind: str, make: SourceKind) -> None:
-    SOURCE_KINDS.register(kind, make)
+register = SOURCE_KINDS.register
 
 
 def _rubric(kind: str, rubric_file: str, options: RewardOptions) -> tuple[str, Endpoint, str]:

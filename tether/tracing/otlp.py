@@ -122,10 +122,9 @@ def _media_type(request: Request) -> str:
     declared = request.headers.get("content-type", "").split(";")[0].strip().lower()
     media_type = _MEDIA_TYPES.get(declared)
     if media_type is None:
-        shown = declared or "none"
         raise OTLPError(
             415,
-            f"unsupported content type {shown!r}: send {PROTOBUF} or {JSON}",
+            f"unsupported content type {declared or 'none'!r}: send {PROTOBUF} or {JSON}",
             code="unsupported_media_type",
         )
     return media_type
@@ -238,10 +237,6 @@ def _decode_protobuf(data: bytes) -> ExportTraceServiceRequest:
         return ExportTraceServiceRequest.FromString(data)
     except (DecodeError, ValueError) as exc:
         raise _bad_request(f"invalid OTLP protobuf: {exc}", "invalid_protobuf") from None
-
-
-def decode_request(data: bytes, media_type: str) -> ExportTraceServiceRequest:
-    return _decode_json(data) if media_type == JSON else _decode_protobuf(data)
 
 
 # -- conversion -----------------------------------------------------------------------------------------
@@ -437,17 +432,9 @@ def attribute_spans(
     return spans
 
 
-@dataclass
-class Upload:
-    body: bytes
-    media_type: str
-    encoding: str
-    limit: int
-
-
-def _ingest(store: Store, caller: Caller, path_rollout: str | None, upload: Upload) -> int:
-    data = _decompress(upload.body, upload.encoding, upload.limit)
-    spans = attribute_spans(store, caller, path_rollout, decode_request(data, upload.media_type))
+def _ingest(store: Store, caller: Caller, path_rollout: str | None, data: bytes, media_type: str) -> int:
+    decode = _decode_json if media_type == JSON else _decode_protobuf
+    spans = attribute_spans(store, caller, path_rollout, decode(data))
     if spans:
         store.add_spans(spans)
     return len(spans)
@@ -494,8 +481,9 @@ def create_otlp_router(
             caller = _authenticate(auth, request, path_rollout)
             media_type = _media_type(request)
             body = await _read_body(request, max_body_bytes)
-            upload = Upload(body, media_type, request.headers.get("content-encoding", ""), max_body_bytes)
-            await anyio.to_thread.run_sync(_ingest, store, caller, path_rollout, upload)
+            encoding = request.headers.get("content-encoding", "")
+            data = await anyio.to_thread.run_sync(_decompress, body, encoding, max_body_bytes)
+            await anyio.to_thread.run_sync(_ingest, store, caller, path_rollout, data, media_type)
         except OTLPError as exc:
             return exc.response()
         except InvalidValue as exc:

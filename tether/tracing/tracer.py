@@ -114,10 +114,6 @@ class BufferedSink:
         if full:
             self.flush()
 
-    @property
-    def pending(self) -> bool:
-        return bool(self.buffer)
-
     def flush(self) -> None:
         with self.lock:
             batch, self.buffer = self.buffer, []
@@ -126,20 +122,15 @@ class BufferedSink:
         try:
             self.send(batch)
         except Exception as exc:
-            self._warn(f"tether tracing: dropped {len(batch)} span(s): {exc}")
-
-    def _warn(self, message: str) -> None:
-        if not self.warned:
-            self.warned = True
-            log.warning("%s (further tracing errors are not reported)", message)
-
-    def current_attempt(self) -> int | None:
-        return self.attempt
+            if not self.warned:
+                self.warned = True
+                log.warning(
+                    "tether tracing: dropped %d span(s): %s (further tracing errors are not reported)",
+                    len(batch),
+                    exc,
+                )
 
     def send(self, spans: list[dict[str, Any]]) -> None:
-        raise NotImplementedError
-
-    def reward(self, reward: dict[str, Any]) -> None:
         raise NotImplementedError
 
 
@@ -353,12 +344,10 @@ class SpanHandle:
         self.attributes[key] = _jsonable(value)
 
     def set_attributes(self, **attributes: Any) -> None:
-        for key, value in attributes.items():
-            self.set_attribute(key, value)
+        self.attributes.update(_jsonable(attributes))
 
     def add_event(self, name: str, /, **attributes: Any) -> None:
-        event = {"name": name, "time": time.time(), "attributes": _jsonable(attributes)}
-        self.events.append(event)
+        self.events.append({"name": name, "time": time.time(), "attributes": _jsonable(attributes)})
 
     def set_status(self, status: str, message: str | None = None) -> None:
         """`ok`, `error` or `unset`, with an optional message."""
@@ -390,21 +379,16 @@ class SpanHandle:
                 pass
             self._token = None
         if exc is not None:
-            self._record_exception(exc)
+            self.status, self.status_message = "error", str(exc) or type(exc).__name__
+            self.add_event(
+                "exception", **{"exception.type": type(exc).__qualname__, "exception.message": str(exc)}
+            )
         elif self.status is None:
             self.status = "ok"
         try:
             _sink().add(self._as_dict())
         except Exception as error:
             log.debug("tether tracing: span dropped: %s", error)
-
-    def _record_exception(self, exc: BaseException) -> None:
-        message = str(exc) or type(exc).__name__
-        self.status, self.status_message = "error", message
-        self.add_event(
-            "exception",
-            **{"exception.type": type(exc).__qualname__, "exception.message": str(exc)},
-        )
 
     def _as_dict(self) -> dict[str, Any]:
         return {
@@ -441,7 +425,7 @@ class SpanHandle:
     ) -> None:
         self._end(exc)
         sink = _sink()
-        if self.is_root and isinstance(sink, BufferedSink) and sink.pending:
+        if self.is_root and isinstance(sink, BufferedSink) and sink.buffer:
             try:
                 await asyncio.get_running_loop().run_in_executor(None, sink.flush)
             except RuntimeError:

@@ -195,11 +195,10 @@ class EngineUpstream:
         plan = _tool_plan(kind, body)
         prompt_ids = self._prompt_ids(kind, body, plan)
         params = sampling_params(body, len(prompt_ids), self.max_context)
-        n = _choice_count(body)
-        per_choice = []
-        for index in range(n):
-            seed = None if params.seed is None else params.seed + index
-            per_choice.append(replace(params, seed=seed))
+        per_choice = [
+            replace(params, seed=None if params.seed is None else params.seed + index)
+            for index in range(_choice_count(body))
+        ]
         return prompt_ids, per_choice, plan
 
     async def call(self, kind: CallKind, body: dict[str, Any], *, owner: str | None = None) -> CallRecord:
@@ -272,19 +271,17 @@ class EngineUpstream:
         out_choices = []
         for choice, output in zip(choices, parsed, strict=True):
             if kind == "chat":
-                item: dict[str, Any] = {
-                    "index": choice.index,
+                answer: dict[str, Any] = {
                     "message": _message(choice, output),
                     "finish_reason": _finish_reason(choice, output),
-                    "logprobs": self._token_logprobs(kind, choice) if with_logprobs else None,
                 }
             else:
-                item = {
-                    "index": choice.index,
-                    "text": choice.text,
-                    "finish_reason": choice.finish_reason,
-                    "logprobs": self._token_logprobs(kind, choice) if with_logprobs else None,
-                }
+                answer = {"text": choice.text, "finish_reason": choice.finish_reason}
+            item: dict[str, Any] = {
+                "index": choice.index,
+                **answer,
+                "logprobs": self._token_logprobs(kind, choice) if with_logprobs else None,
+            }
             if wants_ids:
                 item["token_ids"] = choice.token_ids
             out_choices.append(item)
@@ -338,15 +335,9 @@ class EngineUpstream:
             }
 
         if kind == "chat":
-            first: dict[str, Any] = {
-                "id": chunk_id,
-                "object": "chat.completion.chunk",
-                "created": created,
-                "model": model,
-                "choices": [
-                    {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
-                ],
-            }
+            first = envelope(
+                [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]
+            )
             if wants_ids:
                 first["prompt_token_ids"] = prompt_ids
             yield sse(first)
@@ -381,16 +372,7 @@ class EngineUpstream:
         yield chunk(None, _finish_reason(record, output), None)
         usage = self._usage(prompt_ids, [record])
         if stream_options(body).get("include_usage"):
-            yield sse(
-                {
-                    "id": chunk_id,
-                    "object": "chat.completion.chunk" if kind == "chat" else "text_completion",
-                    "created": created,
-                    "model": model,
-                    "choices": [],
-                    "usage": usage,
-                }
-            )
+            yield sse(envelope([]) | {"usage": usage})
         response = self._response(kind, body, prompt_ids, [record], [output])
         yield CallRecord(response, [record], prompt_ids, usage, version, params.sampler)
 
@@ -436,10 +418,8 @@ def _finish_reason(choice: ChoiceRecord, output: ParsedOutput | None) -> str | N
 
 def _closing_deltas(calls: ToolCallStream, output: ParsedOutput) -> list[dict[str, Any]]:
     """The deltas that end a chat stream with tools: the rest of the content, then one per call."""
-    deltas: list[dict[str, Any]] = []
     rest = calls.finish(output)
-    if rest:
-        deltas.append({"content": rest})
-    for index, call in enumerate(output.tool_calls):
-        deltas.append({"tool_calls": [{"index": index, **call.openai()}]})
-    return deltas
+    deltas: list[dict[str, Any]] = [{"content": rest}] if rest else []
+    return deltas + [
+        {"tool_calls": [{"index": i, **call.openai()}]} for i, call in enumerate(output.tool_calls)
+    ]

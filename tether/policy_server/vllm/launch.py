@@ -92,11 +92,7 @@ def probe_install(python: Path) -> VLLMInstall:
 
 
 def _version_tuple(version: str) -> tuple[int, ...]:
-    numbers = []
-    for part in version.split(".")[:2]:
-        digits = "".join(c for c in part if c.isdigit())
-        numbers.append(int(digits or 0))
-    return tuple(numbers)
+    return tuple(int("".join(c for c in part if c.isdigit()) or 0) for part in version.split(".")[:2])
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -185,9 +185,8 @@ def _probe_token_ids(client: httpx.Client, base: str, problems: list[str]) -> bo
         return False
     data = response.json()
     choice = (data.get("choices") or [{}])[0]
-    if data.get("prompt_token_ids") or choice.get("prompt_token_ids"):
-        if choice.get("token_ids"):
-            return True
+    if (data.get("prompt_token_ids") or choice.get("prompt_token_ids")) and choice.get("token_ids"):
+        return True
     problems.append(
         "answers carry no token ids (return_token_ids): use vLLM 0.11 or newer, so that calls can be "
         "trained on without re-tokenizing"

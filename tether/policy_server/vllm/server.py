@@ -131,7 +131,7 @@ class VLLMPolicyServer:
                 f"policy {policy}: several policies share the base model as LoRA adapters only"
             )
         self.policy_upstream(policy)
-        return await asyncio.to_thread(self._load_policy, weights, policy)
+        return await asyncio.to_thread(self._load, weights, policy)
 
     async def pause(self) -> None:
         if self.use_pause:
@@ -154,27 +154,21 @@ class VLLMPolicyServer:
 
     # -- swaps --------------------------------------------------------------------------------------------
 
-    def _load(self, weights: PolicyWeights) -> int:
+    def _load(self, weights: PolicyWeights, policy: str | None = None) -> int:
         started = time.monotonic()
+        prefix = self.adapter_prefix if policy is None else f"{self.adapter_prefix}-{policy}"
         with self._lock:
-            model = f"{self.adapter_prefix}-v{weights.version}" if weights.kind == "lora" else self.base_model
+            model = f"{prefix}-v{weights.version}" if weights.kind == "lora" else self.base_model
             self._each_live(lambda replica: self._apply(replica, weights, model))
-            self.served = Served(weights.version, model, weights)
-            self._upstream.retarget(model, weights.version)
+            served = Served(weights.version, model, weights)
+            if policy is None:
+                self.served, upstream = served, self._upstream
+            else:
+                upstream = self.policies[policy][1]
+                self.policies[policy] = (served, upstream)
+            upstream.retarget(model, weights.version)
             if weights.kind == "lora":
                 self._each_live(self._unload_old)
-        self.swap_seconds.append(time.monotonic() - started)
-        return weights.version
-
-    def _load_policy(self, weights: PolicyWeights, policy: str) -> int:
-        started = time.monotonic()
-        with self._lock:
-            model = f"{self.adapter_prefix}-{policy}-v{weights.version}"
-            self._each_live(lambda replica: self._apply(replica, weights, model))
-            upstream = self.policies[policy][1]
-            self.policies[policy] = (Served(weights.version, model, weights), upstream)
-            upstream.retarget(model, weights.version)
-            self._each_live(self._unload_old)
         self.swap_seconds.append(time.monotonic() - started)
         return weights.version
 

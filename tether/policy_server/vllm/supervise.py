@@ -10,6 +10,7 @@ vLLM SIGTERM (Linux's parent-death signal), and vLLM stops its own engine proces
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -33,19 +34,15 @@ def stop_group(process: subprocess.Popen[bytes]) -> None:
 
 
 def _signal_group(pgid: int, signum: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signum)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def watch_stdin(process: subprocess.Popen[bytes]) -> None:
     """Block until stdin closes: the parent is gone, or asked us to stop by closing the pipe."""
-    try:
+    with contextlib.suppress(OSError, ValueError):
         while sys.stdin.buffer.read(1024):
             pass
-    except (OSError, ValueError):
-        pass
     stop_group(process)
 
 
