@@ -26,7 +26,6 @@ METHODS: tuple[str, ...] = ADVANTAGE_METHODS
 
 
 def advantage_method(name: str) -> AdvantageMethod:
-    """`name` as an advantage method, or ValueError."""
     if name not in METHODS:
         raise ValueError(f"unknown advantage method {name!r}: expected one of {', '.join(METHODS)}")
     return cast(AdvantageMethod, name)
@@ -228,7 +227,6 @@ def assign_advantages(
 
 
 def refuse_demonstrations(transitions: Sequence[Transition]) -> None:
-    """Raise DemonstrationInRLBatch if any transition is a demonstration."""
     demonstrations = [t for t in transitions if t.demonstration]
     if demonstrations:
         first = demonstrations[0]

@@ -61,7 +61,7 @@ def distill_advantages(
     report.transitions, report.rollouts = len(items), len(rollouts)
     report.groups = len({group_key(calls[0]) for calls in rollouts.values()})
     per_token = {id(t): token_advantages(t, scores) for t, scores in zip(items, teacher, strict=True)}
-    trained = {id(t): _at_trained(per_token[id(t)], t) for t in items}
+    trained = {id(t): [a for a, m in zip(per_token[id(t)], t.loss_mask, strict=True) if m] for t in items}
     samples = weighted_samples(items, {key: _mean(values) for key, values in trained.items()})
     for sample in samples:
         sample.token_advantages = per_token[id(sample.transition)]
@@ -75,10 +75,6 @@ def distill_advantages(
     report.mean_abs_advantage = _mean([abs(a) for a in gaps])
     reverse_kl = -_mean(gaps)
     return AdvantageBatch(samples=samples, report=report, returns=returns), reverse_kl
-
-
-def _at_trained(values: Sequence[float], transition: Transition) -> list[float]:
-    return [v for v, m in zip(values, transition.loss_mask, strict=True) if m]
 
 
 def _mean(values: Sequence[float]) -> float:

@@ -57,8 +57,7 @@ def lost_placeholders(original: str, rewritten: str) -> list[str]:
 def extract_prompt(answer: str) -> str:
     """The new prompt in an optimizer answer: inside the last <new_prompt> tags, else the whole answer."""
     found = NEW_PROMPT.findall(answer)
-    text = found[-1] if found else answer
-    text = text.strip()
+    text = (found[-1] if found else answer).strip()
     if text.startswith("```") and text.endswith("```"):
         text = text.strip("`").split("\n", 1)[-1] if "\n" in text else text.strip("`")
     return text.strip()
@@ -415,9 +414,6 @@ class SearchContext:
             **extra,
         }
 
-    def duplicate_of(self, text: str) -> Candidate | None:
-        return next((c for c in self.candidates if c.text.strip() == text.strip()), None)
-
     async def check_child(self, child: Candidate, original: str) -> bool:
         """Reject (and record) a rewrite that is empty, a duplicate, or lost a placeholder."""
         if not child.text:
@@ -427,7 +423,7 @@ class SearchContext:
         if lost:
             await self.reject(child, "lost placeholder " + ", ".join("{" + name + "}" for name in lost))
             return False
-        twin = self.duplicate_of(child.text)
+        twin = next((c for c in self.candidates if c.text.strip() == child.text.strip()), None)
         if twin is not None:
             await self.reject(child, f"same text as {twin.id}")
             return False

@@ -25,7 +25,10 @@ def bootstrap_interval(
     Raises ValueError for no values, a confidence outside (0, 1), fewer than 1 resample, or a value that
     is not finite.
     """
-    _check(confidence, resamples)
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be between 0 and 1, not {confidence}")
+    if resamples < 1:
+        raise ValueError(f"resamples must be at least 1, not {resamples}")
     data = [float(v) for v in values]
     if not data:
         raise ValueError("bootstrap_interval: no values")
@@ -73,13 +76,6 @@ def paired_differences(before: Scores, after: Scores) -> list[float]:
     if len(before) != len(after):
         raise ValueError(f"paired scores need as many tasks after ({len(after)}) as before ({len(before)})")
     return [float(a) - float(b) for b, a in zip(before, after, strict=True)]
-
-
-def _check(confidence: float, resamples: int) -> None:
-    if not 0.0 < confidence < 1.0:
-        raise ValueError(f"confidence must be between 0 and 1, not {confidence}")
-    if resamples < 1:
-        raise ValueError(f"resamples must be at least 1, not {resamples}")
 
 
 def _quantile(ordered: Sequence[float], q: float) -> float:

@@ -61,22 +61,12 @@ def _rubric(kind: str, rubric_file: str, options: RewardOptions) -> tuple[str, E
     return rubric, endpoint, str(path.resolve())
 
 
-def _judge(rubric_file: str, options: RewardOptions) -> Evaluator:
-    rubric, endpoint, path = _rubric("judge", rubric_file, options)
-    return Judge(rubric, endpoint, rubric_file=path)
-
-
-def _judge_rank(rubric_file: str, options: RewardOptions) -> GroupScorer:
-    rubric, endpoint, path = _rubric("judge-rank", rubric_file, options)
-    return GroupJudge(rubric, endpoint, rubric_file=path)
-
-
 def _remote(url: str, options: RewardOptions) -> Evaluator:
     return RemoteReward(url, options.timeout_s, options.retries)
 
 
-register("judge", _judge)
-register("judge-rank", _judge_rank)
+register("judge", lambda rubric_file, options: Judge(*_rubric("judge", rubric_file, options)))
+register("judge-rank", lambda rubric_file, options: GroupJudge(*_rubric("judge-rank", rubric_file, options)))
 register("http", lambda rest, options: _remote(f"http:{rest}", options))
 register("https", lambda rest, options: _remote(f"https:{rest}", options))
 

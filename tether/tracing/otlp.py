@@ -111,13 +111,6 @@ def _refused(error: AuthError) -> OTLPError:
     return _unauthorized("invalid token: not a token issued by this Tether server", "invalid_token")
 
 
-def _authenticate(auth: TokenAuthority, request: Request, path_rollout: str | None) -> Caller:
-    try:
-        return authenticate(auth, request_token(request.headers), path_rollout)
-    except AuthError as exc:
-        raise _refused(exc) from None
-
-
 def _media_type(request: Request) -> str:
     declared = request.headers.get("content-type", "").split(";")[0].strip().lower()
     media_type = _MEDIA_TYPES.get(declared)
@@ -296,17 +289,6 @@ def _attempt(value: Any, where: str) -> int:
     return value
 
 
-def _links(span: trace_pb2.Span) -> list[dict[str, Any]]:
-    return [
-        {
-            "trace_id": link.trace_id.hex(),
-            "span_id": link.span_id.hex(),
-            "attributes": flatten_attributes(link.attributes),
-        }
-        for link in span.links
-    ]
-
-
 def _attributes(item: ParsedSpan, own: dict[str, Any]) -> dict[str, Any]:
     extra: dict[str, Any] = {"resource": item.resource}
     if item.scope_name:
@@ -314,7 +296,14 @@ def _attributes(item: ParsedSpan, own: dict[str, Any]) -> dict[str, Any]:
     if item.scope_version:
         extra["otel.scope.version"] = item.scope_version
     if item.span.links:
-        extra["otel.links"] = _links(item.span)
+        extra["otel.links"] = [
+            {
+                "trace_id": link.trace_id.hex(),
+                "span_id": link.span_id.hex(),
+                "attributes": flatten_attributes(link.attributes),
+            }
+            for link in item.span.links
+        ]
     return extra | own
 
 
@@ -404,13 +393,6 @@ def _lookup(store: Store, caller: Caller, rollout_id: str) -> Rollout:
         raise _refused(exc) from None
 
 
-def _check_ids(item: ParsedSpan) -> None:
-    span = item.span
-    _check_id(span.trace_id, 16, f"{item.where}.traceId")
-    _check_id(span.span_id, 8, f"{item.where}.spanId")
-    _check_id(span.parent_span_id, 8, f"{item.where}.parentSpanId", optional=True)
-
-
 def attribute_spans(
     store: Store, caller: Caller, path_rollout: str | None, request: ExportTraceServiceRequest
 ) -> list[Span]:
@@ -420,7 +402,9 @@ def attribute_spans(
         rollouts[caller.rollout_id] = _lookup(store, caller, caller.rollout_id)
     targets = []
     for item in parse_spans(request):
-        _check_ids(item)
+        _check_id(item.span.trace_id, 16, f"{item.where}.traceId")
+        _check_id(item.span.span_id, 8, f"{item.where}.spanId")
+        _check_id(item.span.parent_span_id, 8, f"{item.where}.parentSpanId", optional=True)
         claimed = _claimed(item)
         targets.append((item, _rollout_for(caller, path_rollout, item, claimed), claimed.attempt))
     for rollout_id in {target[1] for target in targets} - rollouts.keys():
@@ -468,6 +452,11 @@ _RESPONSES: dict[int | str, dict[str, Any]] = {
     415: {"description": "Unsupported content type or encoding"},
     503: {"description": "The store is unavailable"},
 }
+_ROUTE: dict[str, Any] = {
+    "openapi_extra": _OPENAPI_EXTRA,
+    "responses": _RESPONSES,
+    "response_class": Response,
+}
 
 
 def create_otlp_router(
@@ -478,7 +467,10 @@ def create_otlp_router(
 
     async def receive(request: Request, path_rollout: str | None) -> Response:
         try:
-            caller = _authenticate(auth, request, path_rollout)
+            try:
+                caller = authenticate(auth, request_token(request.headers), path_rollout)
+            except AuthError as exc:
+                raise _refused(exc) from None
             media_type = _media_type(request)
             body = await _read_body(request, max_body_bytes)
             encoding = request.headers.get("content-encoding", "")
@@ -496,19 +488,13 @@ def create_otlp_router(
     @router.post(
         "/v1/traces",
         summary="Receive OTLP/HTTP traces (rollout from the token or tether.rollout_id)",
-        openapi_extra=_OPENAPI_EXTRA,
-        responses=_RESPONSES,
-        response_class=Response,
+        **_ROUTE,
     )
     async def export_traces(request: Request) -> Response:
         return await receive(request, None)
 
     @router.post(
-        "/rollouts/{rollout_id}/v1/traces",
-        summary="Receive OTLP/HTTP traces for one rollout",
-        openapi_extra=_OPENAPI_EXTRA,
-        responses=_RESPONSES,
-        response_class=Response,
+        "/rollouts/{rollout_id}/v1/traces", summary="Receive OTLP/HTTP traces for one rollout", **_ROUTE
     )
     async def export_rollout_traces(rollout_id: str, request: Request) -> Response:
         return await receive(request, rollout_id)

@@ -188,10 +188,6 @@ class VLLMProcess:
         self.process: subprocess.Popen[bytes] | None = None
         self.started_at = 0.0
 
-    @property
-    def base_url(self) -> str:
-        return self.url + "/v1"
-
     def start(self) -> None:
         log = self.spec.log_path
         if log is not None:

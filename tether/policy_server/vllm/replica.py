@@ -154,9 +154,7 @@ def _probe_processed_logprobs(client: httpx.Client, base: str) -> bool:
         return False
     choice = (response.json().get("choices") or [{}])[0]
     logprobs = (choice.get("logprobs") or {}).get("token_logprobs")
-    if not isinstance(logprobs, list) or not logprobs:
-        return False
-    return abs(float(logprobs[0])) < 1e-4
+    return isinstance(logprobs, list) and bool(logprobs) and abs(float(logprobs[0])) < 1e-4
 
 
 def _probe_lora(client: httpx.Client, problems: list[str]) -> bool:

@@ -300,7 +300,7 @@ def connect_external(
     urls: Sequence[str], *, name: str, need_pause: bool = False, policies: int = 1
 ) -> VLLMPolicyServer:
     """Use servers the user started, after checking each has what Tether needs."""
-    replicas = [Replica(_root(url)) for url in urls]
+    replicas = [Replica(url.rstrip("/").removesuffix("/v1")) for url in urls]
     capabilities = [check_capabilities(replica) for replica in replicas]
     problems = [f"{r.url}: {p}" for r, c in zip(replicas, capabilities, strict=True) for p in c.problems]
     wanted = ADAPTERS_KEPT * max(1, policies)
@@ -336,11 +336,6 @@ def connect_external(
         use_pause=all(c.pause for c in capabilities),
         processed_logprobs=all(c.processed_logprobs for c in capabilities),
     )
-
-
-def _root(url: str) -> str:
-    url = url.rstrip("/")
-    return url[: -len("/v1")] if url.endswith("/v1") else url
 
 
 def model_has_tool_template(model_dir: Path) -> bool:
