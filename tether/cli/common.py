@@ -29,20 +29,15 @@ from tether.store import Store, StoreError, StoreOptions, StoreURLError, Task, o
 from tether.store.backends import STORE_ENV
 
 
-def add_policy_args(parser: argparse.ArgumentParser, default_model: str = "smollm2-135m") -> None:
-    """The model, and each policy-server kind's group of options."""
+def add_policy_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model",
-        default=default_model,
+        default="smollm2-135m",
         help="policy model for the built-in engine: smollm2-135m, tiny-random, or a local HF folder",
     )
     openai_kind.add_args(parser)
     add_secret_arg(parser, UPSTREAM_KEY)
     builtin_kind.add_args(parser)
-    add_engine_args(parser)
-
-
-def add_engine_args(parser: argparse.ArgumentParser) -> None:
     vllm_kind.add_args(parser)
 
 
@@ -87,26 +82,19 @@ def serving_policy(
     if getattr(args, "adapter", None) is not None and kind != "builtin":
         raise SystemExit("tether: --adapter is loaded by the built-in engine: drop --upstream/--engine vllm")
     options = policy_server_options(args, POLICY_UPSTREAM, log_dir)
-    placed = (placement or LocalPlacement()).policy_server(kind, options)
-    if placed is not None:
-        try:
-            yield placed.upstream()
-        finally:
-            placed.close()
-        return
-    with opened_policy_server(kind, options, console) as server:
+    server = (placement or LocalPlacement()).policy_server(kind, options)
+    if server is None:
+        server = opened_policy_server(kind, options, console)
+    try:
         yield server.upstream()
+    finally:
+        server.close()
 
 
-STARTING = {
-    "builtin": "loading model {model} ...",
-    "vllm": "starting vLLM for {model} ...",
-    "openai": "",
-}
+STARTING = {"builtin": "loading model {model} ...", "vllm": "starting vLLM for {model} ...", "openai": ""}
 
 
-@contextmanager
-def opened_policy_server(kind: str, options: PolicyServerOptions, console: Console) -> Iterator[PolicyServer]:
+def opened_policy_server(kind: str, options: PolicyServerOptions, console: Console) -> PolicyServer:
     """`open_policy_server`, with progress for the slow kinds and its errors as one line."""
     from tether.policy_server import PolicyServerError, open_policy_server
 
@@ -122,34 +110,24 @@ def opened_policy_server(kind: str, options: PolicyServerOptions, console: Conso
         raise SystemExit(f"tether: {exc}") from None
     if what:
         console.print(f"[green]{kind} policy server[/] ready in {time.monotonic() - started:.1f}s")
-    try:
-        yield server
-    finally:
-        server.close()
-
-
-# -- the store and the run ----------------------------------------------------------------------------
+    return server
 
 
 def add_store_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--store",
         metavar="URL",
-        default=None,
         help="the store: a SQLite file path or sqlite:///PATH, memory:, postgresql://USER@HOST:PORT/DB "
         f"(never a password here: PGPASSWORD, ~/.pgpass or ${STORE_ENV}), or http(s)://HOST:PORT of a "
         f"`tether serve` (default: ${STORE_ENV}, else .tether/store.db of the project)",
     )
-    parser.add_argument(
-        "--project-dir", default=None, help="project directory holding .tether/ (default: cwd)"
-    )
+    parser.add_argument("--project-dir", help="project directory holding .tether/ (default: cwd)")
 
 
 def add_run_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--run",
         metavar="NAME",
-        default=None,
         help="the run's name (default: derived from the command line, so running the same command "
         "again resumes the run: only what is missing runs)",
     )
@@ -224,9 +202,6 @@ def begin_run(
     return record
 
 
-# -- Ray ----------------------------------------------------------------------------------------------
-
-
 def add_ray_args(parser: argparse.ArgumentParser, learner: bool = False) -> None:
     """`--ray [ADDRESS]` and its options (see docs/scaling.md); `learner` adds `--learner-ranks`."""
     group = parser.add_argument_group("Ray (docs/scaling.md)")
@@ -234,7 +209,6 @@ def add_ray_args(parser: argparse.ArgumentParser, learner: bool = False) -> None
         "--ray",
         nargs="?",
         const="local",
-        default=None,
         metavar="ADDRESS",
         help="run rollout workers (and replicas, learner ranks) as Ray actors: no ADDRESS starts a local "
         "cluster, `auto` joins the one $RAY_ADDRESS names, else HOST:PORT of a cluster",
@@ -245,7 +219,6 @@ def add_ray_args(parser: argparse.ArgumentParser, learner: bool = False) -> None
     group.add_argument(
         "--agent-resources",
         metavar="JSON",
-        default=None,
         help="--ray: custom Ray resources each agent needs, e.g. '{\"sandbox\": 1}'",
     )
     group.add_argument(
@@ -254,13 +227,10 @@ def add_ray_args(parser: argparse.ArgumentParser, learner: bool = False) -> None
         default=0,
         help="--ray: policy-server replica actors, sticky by rollout (0: serve from this process)",
     )
-    group.add_argument(
-        "--gpus-per-replica", type=float, default=None, help="--ray: default 1 where the cluster has GPUs"
-    )
+    group.add_argument("--gpus-per-replica", type=float, help="--ray: default 1 where the cluster has GPUs")
     group.add_argument(
         "--advertise-host",
         metavar="HOST",
-        default=None,
         help="--ray: the address other nodes reach the gateway and store at, and that the gateway binds "
         "(default: this node's IP; without --ray the gateway binds 127.0.0.1)",
     )

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,19 +27,11 @@ from tether.trainer.placement import Placement
 
 @dataclass
 class Experiment:
-    project: Project
     store: Store
     placement: Placement
     record: RunRecord
     pools: PoolFactory | None  # the runner's own (`--runner`; None: worker processes), before placing
-    authority: TokenAuthority = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.authority = self.project.authority()
-
-    def placed_pools(self) -> PoolFactory | None:
-        """The pools agents run in: the placement's (Ray workers), else the runner's own."""
-        return self.placement.pools(self.authority, self.pools)
+    authority: TokenAuthority
 
     @contextmanager
     def serving(
@@ -87,5 +79,4 @@ def open_experiment(
             store.close()
         agent.close()
         raise
-    project = Project.at(args.project_dir)
-    return Experiment(project, store, placement, record, pools)
+    return Experiment(store, placement, record, pools, Project.at(args.project_dir).authority())

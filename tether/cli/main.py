@@ -21,13 +21,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"tether {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    serve.add_parser(commands)
-    rollout_cmd.add_parser(commands)
-    train_cmd.add_parser(commands)
-    plot_cmd.add_parser(commands)
-    store_cmd.add_parser(commands)
-    transitions_cmd.add_parser(commands)
-    optimize_cmd.add_parser(commands)
+    for command in (serve, rollout_cmd, train_cmd, plot_cmd, store_cmd, transitions_cmd, optimize_cmd):
+        command.add_parser(commands)
     return parser
 
 

@@ -25,15 +25,10 @@ from tether.algorithms.prompt_search import (
     SearchError,
     SearchResult,
 )
-from tether.cli.common import (
-    add_policy_args,
-    add_ray_args,
-    add_run_args,
-    add_runner_kind_args,
-    add_store_arg,
-)
+from tether.cli.common import add_policy_args, add_ray_args, add_run_args, add_runner_kind_args, add_store_arg
 from tether.cli.experiment import open_experiment
-from tether.cli.rollout_cmd import add_runner_args, command_settings, load_inputs, progress_bar, runner_config
+from tether.cli.progress import progress_bar
+from tether.cli.rollout_cmd import add_runner_args, command_settings, load_inputs, runner_config
 from tether.cli.secrets import OPTIMIZER_KEY, add_secret_arg, secret_value
 from tether.contracts import DEFAULT_ROUTE, POLICY_UPSTREAM, PROMPT_ALGORITHMS
 from tether.gateway import HTTPUpstream, HTTPUpstreamConfig
@@ -44,7 +39,7 @@ from tether.store import RolloutStatus, Store, Task
 
 console = Console(stderr=True)
 OPTIMIZER_ROUTE = "tether-optimizer"  # the model alias the optimizer's calls use through the gateway
-POLICY = POLICY_UPSTREAM
+ROW_KEYS = ("round", "candidate", "origin", "parents", "score", "status", "spent")  # of `SearchResult.rows`
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -191,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
                 max_tokens=args.optimizer_max_tokens,
             )
             try:
-                with progress_bar() as progress:
+                with progress_bar(console) as progress:
                     bar = progress.add_task("rollouts", total=config.budget, detail="")
                     runner = Runner(
                         store,
@@ -205,7 +200,7 @@ def run(args: argparse.Namespace) -> int:
                             detail=f"running {r.stats.running}",
                         ),
                         run=experiment.record.name,
-                        pools=experiment.placed_pools(),
+                        pools=experiment.placement.pools(experiment.authority, experiment.pools),
                     )
                     result = asyncio.run(
                         _search(args, inputs, config, store, runner, optimizer, progress.console)
@@ -229,8 +224,8 @@ def run(args: argparse.Namespace) -> int:
 def _optimizer_route(args: argparse.Namespace) -> tuple[list[Upstream], dict[str, str] | None, str]:
     """The optimizer's upstream and routes, and the model name it asks the gateway for: the policy
     itself, or an external endpoint under its own alias."""
-    if args.optimizer_endpoint == POLICY:
-        return [], None, args.optimizer_model or POLICY
+    if args.optimizer_endpoint == POLICY_UPSTREAM:
+        return [], None, args.optimizer_model or POLICY_UPSTREAM
     upstream = HTTPUpstream(
         HTTPUpstreamConfig(
             name=OPTIMIZER_AGENT,
@@ -240,7 +235,7 @@ def _optimizer_route(args: argparse.Namespace) -> tuple[list[Upstream], dict[str
             request_logprobs=False,
         )
     )
-    return [upstream], {DEFAULT_ROUTE: POLICY, OPTIMIZER_ROUTE: OPTIMIZER_AGENT}, OPTIMIZER_ROUTE
+    return [upstream], {DEFAULT_ROUTE: POLICY_UPSTREAM, OPTIMIZER_ROUTE: OPTIMIZER_AGENT}, OPTIMIZER_ROUTE
 
 
 async def _search(
@@ -280,12 +275,11 @@ async def _search(
 
 
 def _show(out: Console, candidate: Candidate, budget: int) -> None:
-    score = "-" if candidate.score is None else f"{candidate.score:.3f}"
     origin = candidate.origin + (f" of {','.join(candidate.parents)}" if candidate.parents else "")
     status = candidate.status if candidate.reason is None else f"{candidate.status} ({candidate.reason})"
     out.print(
-        f"round {candidate.round:>2}  {candidate.id:<4} {origin:<20} score {score}  {status}  "
-        f"rollouts {candidate.spent_after}/{budget}"
+        f"round {candidate.round:>2}  {candidate.id:<4} {origin:<20} score {_fmt(candidate.score)}  "
+        f"{status}  rollouts {candidate.spent_after}/{budget}"
     )
 
 
@@ -294,22 +288,14 @@ def _report(result: SearchResult, args: argparse.Namespace, seconds: float) -> N
     for column in ("round", "candidate", "origin", "parents", "score", "status", "rollouts spent"):
         table.add_column(column)
     for row in result.rows():
-        score = "-" if row["score"] is None else f"{row['score']:.3f}"
-        table.add_row(
-            str(row["round"]),
-            row["candidate"],
-            row["origin"],
-            row["parents"],
-            score,
-            row["status"],
-            str(row["spent"]),
-        )
+        cells = {**row, "score": _fmt(row["score"])}
+        table.add_row(*(str(cells[key]) for key in ROW_KEYS))
     out = Console()
     out.print(table)
     Path(args.out).write_text(result.best.text + "\n")
-    before, after = result.initial.score, result.best.score
     out.print(
-        f"[bold]validation score: initial {_fmt(before)} -> best {_fmt(after)} ({result.best.id})[/]\n"
+        f"[bold]validation score: initial {_fmt(result.initial.score)} -> best {_fmt(result.best.score)} "
+        f"({result.best.id})[/]\n"
         f"spent {result.spent} of {result.budget} rollouts, {result.optimizer_calls} optimizer calls, "
         f"{seconds:.1f}s; stopped: {result.stopped}\n"
         f"best prompt written to {args.out}; history in the store as resource {args.prompt_name!r}",

@@ -67,6 +67,3 @@ def actors_asked(args: argparse.Namespace) -> float:
     """CPUs the command's actors ask for: a local cluster is started with at least that many."""
     workers = (getattr(args, "n_workers", None) or 1) * getattr(args, "agent_cpus", 1.0)
     return workers + getattr(args, "replicas", 0) + getattr(args, "learner_ranks", 1)
-
-
-__all__ = ["LOCAL", "actors_asked", "open_placement", "settings_of"]

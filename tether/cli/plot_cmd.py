@@ -16,7 +16,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description="Read RUN/metrics.jsonl (written by `tether train`) and draw train reward and val score.",
     )
     parser.add_argument("run_dir", metavar="RUN", type=Path, help="the run folder (or its metrics.jsonl)")
-    parser.add_argument("--out", type=Path, default=None, help="PNG path (default: RUN/curves.png)")
+    parser.add_argument("--out", type=Path, help="PNG path (default: RUN/curves.png)")
     parser.set_defaults(command_main=run)
 
 

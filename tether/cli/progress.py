@@ -7,7 +7,6 @@ step lines scroll above it.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import IO, Any
@@ -59,21 +58,25 @@ def _imitation_line(step: str, record: dict[str, Any]) -> str:
     return line
 
 
+def progress_bar(console: Console) -> Progress:
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[detail]}"),
+        TimeElapsedColumn(),
+        console=console,
+    )
+
+
 @contextmanager
 def step_progress(console: Console, total: int) -> Iterator[OnStep]:
     """A callback for each metrics record: a bar plus lines on a terminal, plain lines otherwise."""
     if not console.is_terminal:
         yield _plain_lines(console.file)
         return
-    with Progress(
-        TextColumn("[bold]training"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[detail]}"),
-        TimeElapsedColumn(),
-        console=console,
-    ) as progress:
-        bar = progress.add_task("train", total=total, detail="")
+    with progress_bar(console) as progress:
+        bar = progress.add_task("training", total=total, detail="")
 
         def show(record: dict[str, Any]) -> None:
             if record["kind"] != "val":
@@ -86,9 +89,7 @@ def step_progress(console: Console, total: int) -> Iterator[OnStep]:
         yield show
 
 
-def _plain_lines(out: IO[str] | None) -> OnStep:
-    stream = out or sys.stderr
-
+def _plain_lines(stream: IO[str]) -> OnStep:
     def show(record: dict[str, Any]) -> None:
         stream.write(printable(step_line(record)) + "\n")
         stream.flush()

@@ -18,21 +18,18 @@ def add_reward_args(parser: argparse.ArgumentParser) -> None:
         "--reward",
         metavar="SPEC",
         action="append",
-        default=None,
         help="how rollouts are scored; give it more than once for several rewards. MODULE:FUNCTION or "
-        "file.py:FUNCTION: an evaluator (task, output[, trace]) -> float or {name: float}, given the "
-        "whole task, its 'reference' (the fields no agent sees) included. judge:RUBRIC.md: an LLM judge "
-        "at --judge-url grades each rollout against the rubric (reward 'judge', 0 to 1). "
-        "judge-rank:RUBRIC.md (tether train): the judge scores each group's rollouts together, relative to "
-        "one another (reward 'judge_rank', the training reward; held-out rollouts are scored by the other "
-        "--reward sources). http(s)://URL: "
-        'a reward-model server, POSTed {"task", "output", "calls"}, answering {"reward": X} or '
-        '{"rewards": {NAME: X}}',
+        "file.py:FUNCTION: an evaluator (task, output[, trace]) -> float or {name: float}, given the whole "
+        "task, its 'reference' (the fields no agent sees) included. judge:RUBRIC.md: an LLM judge at "
+        "--judge-url grades each rollout against the rubric (reward 'judge', 0 to 1). judge-rank:RUBRIC.md "
+        "(tether train): the judge scores each group's rollouts together, relative to one another (reward "
+        "'judge_rank', the training reward; held-out rollouts are scored by the other --reward sources). "
+        'http(s)://URL: a reward-model server, POSTed {"task", "output", "calls"}, answering '
+        '{"reward": X} or {"rewards": {NAME: X}}',
     )
     parser.add_argument(
         "--reward-weights",
         metavar="NAME=W,...",
-        default=None,
         help="the reward is the weighted sum of these named rewards (e.g. format=0.2,judge=0.8); the "
         "named ones are kept beside it",
     )
@@ -92,7 +89,6 @@ def rewards_from_args(args: argparse.Namespace) -> tuple[Evaluator | None, Group
 def reward_setting(args: argparse.Namespace) -> Any:
     """What the run records of its rewards: one spec as given (as runs always did), several as a list."""
     specs = args.reward or []
-    named: Any = specs[0] if len(specs) == 1 else (specs or None)
     if args.reward_weights:
         return {"sources": specs, "weights": args.reward_weights}
-    return named
+    return specs[0] if len(specs) == 1 else (specs or None)

@@ -13,18 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import Progress
 from rich.table import Table
 from rich.text import Text
 
-from tether.cli.common import (
-    add_policy_args,
-    add_ray_args,
-    add_run_args,
-    add_runner_kind_args,
-    add_store_arg,
-)
+from tether.cli.common import add_policy_args, add_ray_args, add_run_args, add_runner_kind_args, add_store_arg
 from tether.cli.experiment import open_experiment
+from tether.cli.progress import progress_bar
 from tether.cli.reward_args import add_reward_args, reward_setting, rewards_from_args
 from tether.cli.sandbox_args import add_sandbox_args, sandbox_from_args
 from tether.cli.text import shown
@@ -85,14 +80,12 @@ def add_runner_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--agent-cwd",
         metavar="DIR",
-        default=None,
         help="working directory of every agent (default: a fresh scratch directory per attempt, outside "
         "the project, removed afterwards; relative paths in --agent are resolved from here first)",
     )
     parser.add_argument(
         "--agent-user",
         metavar="USER",
-        default=None,
         help="run agents as this OS user (Tether must run as root), so they cannot read the project's "
         "secret and store: see docs/security.md",
     )
@@ -110,7 +103,6 @@ def add_runner_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--agent-preload",
         metavar="MODULES",
-        default=None,
         help="with --agent-warm: the comma-separated modules the warm interpreter imports (default: "
         "the script's own top-level imports)",
     )
@@ -220,7 +212,7 @@ def requests_for(
     group_size: int,
     mode: str,
     max_attempts: int,
-    metadata: dict[str, Any] | None = None,
+    metadata: dict[str, Any],
 ) -> list[RolloutRequest]:
     """One request per task and sample, keyed `mode/task#sample` within the run."""
     return [
@@ -229,7 +221,7 @@ def requests_for(
             mode=mode,
             group_id=f"{task.id}@{mode}",
             max_attempts=max_attempts,
-            metadata=dict(metadata or {}),
+            metadata=dict(metadata),
             key=f"{mode}/{task.id}#{sample}",
             sample=sample,
         )
@@ -248,17 +240,6 @@ def command_settings(args: argparse.Namespace) -> dict[str, Any]:
         "max_attempts": args.max_attempts,
         "model": args.upstream or args.model,
     }
-
-
-def progress_bar() -> Progress:
-    return Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[detail]}"),
-        TimeElapsedColumn(),
-        console=console,
-    )
 
 
 def track(progress: Progress, label: str, total: int) -> Callable[[Runner], None]:
@@ -293,8 +274,7 @@ def print_summary(outcomes: Sequence[RolloutOutcome], seconds: float) -> None:
     for key, value in rows:
         table.add_row(key, value)
     Console().print(table)
-    errors = sorted({o.error for o in outcomes if o.error})
-    for error in errors[:5]:
+    for error in sorted({o.error for o in outcomes if o.error})[:5]:
         console.print(Text.assemble(("error:", "red"), " ", shown(error)))  # the agent's stderr
 
 
@@ -308,7 +288,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         requests = requests_for(tasks, args.group_size, args.mode, args.max_attempts, _metadata(args))
         started = time.monotonic()
-        with experiment.serving(args, console) as stack, progress_bar() as progress:
+        with experiment.serving(args, console) as stack, progress_bar(console) as progress:
             runner = Runner(
                 store,
                 agent,
@@ -317,7 +297,7 @@ def run(args: argparse.Namespace) -> int:
                 config,
                 on_update=track(progress, "rollouts", len(requests)),
                 run=name,
-                pools=experiment.placed_pools(),
+                pools=experiment.placement.pools(experiment.authority, experiment.pools),
             )
             outcomes = asyncio.run(_run(runner, requests))
         print_summary(outcomes, time.monotonic() - started)
@@ -331,9 +311,7 @@ def run(args: argparse.Namespace) -> int:
 def _metadata(args: argparse.Namespace) -> dict[str, Any]:
     """An upstream that reports no token ids answers with another model's text: its rollouts are
     demonstrations (`tether train --from-run`), never RL samples."""
-    if args.upstream and not args.upstream_token_ids:
-        return {Meta.DEMONSTRATION: True}
-    return {}
+    return {Meta.DEMONSTRATION: True} if args.upstream and not args.upstream_token_ids else {}
 
 
 async def _run(runner: Runner, requests: list[RolloutRequest]) -> list[RolloutOutcome]:

@@ -4,6 +4,7 @@ optimize-prompt): defined here once, turned into the `Sandbox` that `CommandAgen
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import shlex
 from collections.abc import Callable
@@ -23,14 +24,8 @@ from tether.runner.sandbox import (
 )
 
 DEFAULTS = SandboxLimits()
-# The options that only mean something with a sandbox: (flag, dest).
-SANDBOX_ONLY = (
-    ("--sandbox-env", "sandbox_env"),
-    ("--sandbox-hide", "sandbox_hide"),
-    ("--sandbox-cpu", "sandbox_cpu"),
-    ("--sandbox-memory", "sandbox_memory"),
-    ("--sandbox-processes", "sandbox_processes"),
-)
+# The options that only mean something with a sandbox.
+SANDBOX_ONLY = ("--sandbox-env", "--sandbox-hide", "--sandbox-cpu", "--sandbox-memory", "--sandbox-processes")
 
 
 def add_sandbox_args(parser: argparse.ArgumentParser) -> None:
@@ -70,7 +65,7 @@ def add_sandbox_args(parser: argparse.ArgumentParser) -> None:
         ),
     )
     for flag, metavar, text in limits:
-        group.add_argument(flag, type=int, default=None, metavar=metavar, help=f"{text}; 0: no limit")
+        group.add_argument(flag, type=int, metavar=metavar, help=f"{text}; 0: no limit")
 
 
 def sandbox_from_args(
@@ -78,7 +73,7 @@ def sandbox_from_args(
 ) -> Sandbox | None:
     """The sandbox the options ask for (None: none). Raises ValueError naming what is wrong."""
     if args.sandbox == "none":
-        given = [flag for flag, dest in SANDBOX_ONLY if getattr(args, dest, None)]
+        given = [flag for flag in SANDBOX_ONLY if getattr(args, flag[2:].replace("-", "_"), None)]
         if given:
             raise ValueError(f"{given[0]} is an option of the sandbox: add --sandbox bwrap")
         return None
@@ -97,15 +92,10 @@ def sandbox_from_args(
 
 
 def limits_from_args(args: argparse.Namespace) -> SandboxLimits:
-    values = [args.sandbox_cpu, args.sandbox_memory, args.sandbox_processes]
-    if any(value is not None and value < 0 for value in values):
+    given = dict(cpu_s=args.sandbox_cpu, memory_mib=args.sandbox_memory, processes=args.sandbox_processes)
+    if any(value is not None and value < 0 for value in given.values()):
         raise ValueError("--sandbox-cpu, --sandbox-memory and --sandbox-processes must be >= 0 (0: no limit)")
-    cpu, memory, processes = values
-    return SandboxLimits(
-        cpu_s=DEFAULTS.cpu_s if cpu is None else cpu,
-        memory_mib=DEFAULTS.memory_mib if memory is None else memory,
-        processes=DEFAULTS.processes if processes is None else processes,
-    )
+    return dataclasses.replace(DEFAULTS, **{key: value for key, value in given.items() if value is not None})
 
 
 def hidden_paths(

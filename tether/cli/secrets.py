@@ -80,7 +80,7 @@ class _Refused(argparse.Action):
 
     def __call__(self, parser: argparse.ArgumentParser, *_: Any, **__: Any) -> NoReturn:
         what = f"{self.secret.flag} puts {self.secret.what} on the command line"
-        _refuse(parser.prog, f"{what}, {WHY}: {self.secret.fix()}")
+        raise SystemExit(f"{parser.prog}: {what}, {WHY}: {self.secret.fix()}")
 
 
 def add_secret_arg(parser: argparse._ActionsContainer, secret: SecretOption, otherwise: str = "") -> None:
@@ -89,7 +89,6 @@ def add_secret_arg(parser: argparse._ActionsContainer, secret: SecretOption, oth
     parser.add_argument(
         secret.file_flag,
         metavar="FILE",
-        default=None,
         help=f"read {secret.what} from FILE (default: ${secret.env}{otherwise}); never on the command line",
     )
 
@@ -126,17 +125,16 @@ def refuse_secrets(argv: Sequence[str]) -> None:
 
 def _check_value(option: str, value: str, prog: str) -> None:
     if any(_has_password(text) for text in _texts(value)):
-        _refuse(prog, f"{option} has a password in its URL, {WHY}: {URL_FIXES.get(option, DEFAULT_FIX)}")
+        fix = URL_FIXES.get(option, DEFAULT_FIX)
+        raise SystemExit(f"{prog}: {option} has a password in its URL, {WHY}: {fix}")
     if option != "--vllm-args":
         return
     for word in shlex.split(value):
         if SECRET_FLAG.match(word):
             flag = word.split("=")[0]
-            _refuse(prog, f"--vllm-args {flag} puts a secret on vLLM's command line, {WHY}: {VLLM_FIX}")
-
-
-def _refuse(prog: str, message: str) -> NoReturn:
-    raise SystemExit(f"{prog}: {message}")
+            raise SystemExit(
+                f"{prog}: --vllm-args {flag} puts a secret on vLLM's command line, {WHY}: {VLLM_FIX}"
+            )
 
 
 def _texts(value: str) -> Iterator[str]:

@@ -49,7 +49,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--adapter",
         metavar="DIR",
-        default=None,
         help="built-in engine: serve --model with this LoRA adapter (a run's policies/vN or checkpoint/"
         "policy folder), e.g. as the teacher of `tether train --algorithm opd`",
     )
@@ -112,13 +111,6 @@ def add_limit_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _check_limits(args: argparse.Namespace) -> None:
-    if args.max_tokens_cap < 1 or args.n_cap < 1:
-        raise SystemExit("tether serve: --max-tokens-cap and --n-cap must be at least 1")
-    if args.header_timeout < 0 or args.body_timeout < 0:
-        raise SystemExit("tether serve: --header-timeout and --body-timeout cannot be negative")
-
-
 def parse_routes(items: list[str]) -> dict[str, str]:
     routes = {DEFAULT_ROUTE: POLICY_UPSTREAM}
     for item in items:
@@ -130,10 +122,8 @@ def parse_routes(items: list[str]) -> dict[str, str]:
 
 
 def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
     try:
-        return ipaddress.ip_address(host).is_loopback
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
 
@@ -143,7 +133,10 @@ def run(args: argparse.Namespace) -> int:
     routes = parse_routes(args.route)
     if args.heartbeat_timeout <= 0:
         raise SystemExit("tether serve: --heartbeat-timeout must be positive")
-    _check_limits(args)
+    if args.max_tokens_cap < 1 or args.n_cap < 1:
+        raise SystemExit("tether serve: --max-tokens-cap and --n-cap must be at least 1")
+    if args.header_timeout < 0 or args.body_timeout < 0:
+        raise SystemExit("tether serve: --header-timeout and --body-timeout cannot be negative")
     if not _is_loopback(args.host):
         # There is no way to turn auth off, so the warning is about exposure, not an open server.
         console.print(
@@ -186,10 +179,8 @@ def run(args: argparse.Namespace) -> int:
 def _dashboard(project: Project, upstream: object) -> DashboardConfig:
     """Token ids are decoded with the built-in engine's own tokenizer; behind another upstream they are
     shown as ids (which tokenizer it uses is not known here)."""
-    engine = getattr(upstream, "engine", None)
-    return DashboardConfig(
-        runs_dir=project.state_dir / "runs", loaded_tokenizer=getattr(engine, "tokenizer", None)
-    )
+    tokenizer = getattr(getattr(upstream, "engine", None), "tokenizer", None)
+    return DashboardConfig(runs_dir=project.state_dir / "runs", loaded_tokenizer=tokenizer)
 
 
 def _announce(gateway: Gateway, project: Project, token_path: Path, open_session: bool) -> None:

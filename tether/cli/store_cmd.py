@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from tether.adapters.build import ALL_ROWS
 from tether.cli.common import add_store_arg
 from tether.cli.secrets import STORE_TOKEN, add_secret_arg, secret_value
 from tether.cli.text import shown
@@ -24,7 +25,6 @@ from tether.store.models import Rollout, Span
 
 console = Console()
 PREVIEW_IDS = 12
-ALL = 1_000_000_000
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -34,8 +34,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description="Read the project's store (--store: a SQLite file, or a running `tether serve`).",
     )
     add_store_arg(parser)
-    parser.add_argument("--db", default=None, help=argparse.SUPPRESS)  # older spelling of --store PATH
-    parser.add_argument("--url", default=None, help=argparse.SUPPRESS)  # older spelling of --store URL
+    parser.add_argument("--db", help=argparse.SUPPRESS)  # older spelling of --store PATH
+    parser.add_argument("--url", help=argparse.SUPPRESS)  # older spelling of --store URL
     add_secret_arg(parser, STORE_TOKEN, otherwise=", else .tether/admin_token")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
 
@@ -124,23 +124,14 @@ def _resolve(store: Store, rollout_id: str) -> str:
 
 def list_rollouts(args: argparse.Namespace) -> int:
     store = open_from_args(args)
-    limit = args.limit if args.limit > 0 else ALL
+    limit = args.limit if args.limit > 0 else ALL_ROWS
     rollouts = store.list_rollouts(status=args.status, run=args.run, limit=limit)
     if args.json:
         for rollout in rollouts:
             sys.stdout.write(orjson.dumps(_summary(store, rollout)).decode() + "\n")
         return 0
-    table = Table(
-        "rollout",
-        "run",
-        "status",
-        "mode",
-        "attempts",
-        "reward",
-        "created",
-        "input",
-        title=f"{len(rollouts)} rollouts",
-    )
+    columns = ("rollout", "run", "status", "mode", "attempts", "reward", "created", "input")
+    table = Table(*columns, title=f"{len(rollouts)} rollouts")
     for r in rollouts:
         reward = rollout_reward(store, r) if r.status.finished else None
         cells = (
@@ -175,7 +166,7 @@ def _summary(store: Store, rollout: Rollout) -> dict[str, Any]:
 def list_runs(args: argparse.Namespace) -> int:
     store = open_from_args(args)
     for run in store.list_runs():
-        rollouts = store.list_rollouts(run=run, limit=ALL)
+        rollouts = store.list_rollouts(run=run, limit=ALL_ROWS)
         counts = Counter(r.status.value for r in rollouts)
         detail = ", ".join(f"{status} {count}" for status, count in sorted(counts.items()))
         console.print(shown(f"{run}  {len(rollouts)} rollouts ({detail})"))
@@ -283,7 +274,7 @@ def reward_agreement(args: argparse.Namespace) -> int:
     store = open_from_args(args)
     rollouts = [
         r
-        for r in store.list_rollouts(run=args.run, status=RolloutStatus.succeeded, limit=ALL)
+        for r in store.list_rollouts(run=args.run, status=RolloutStatus.succeeded, limit=ALL_ROWS)
         if args.mode == "all" or r.mode == args.mode
     ]
     if not rollouts:

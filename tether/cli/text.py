@@ -22,9 +22,9 @@ def printable(value: object) -> str:
     return CONTROLS.sub(_escape, str(value))
 
 
-def shown(value: object, style: str = "") -> Text:
+def shown(value: object) -> Text:
     """`value` as rich `Text`: its brackets are brackets, its control characters visible escapes."""
-    return Text(printable(value), style=style)
+    return Text(printable(value))
 
 
 def _escape(match: re.Match[str]) -> str:

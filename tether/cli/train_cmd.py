@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
 from tether.cli.common import (
-    add_engine_args,
     add_ray_args,
     add_runner_kind_args,
     add_store_arg,
@@ -23,12 +23,13 @@ from tether.cli.reward_args import reward_setting, rewards_from_args
 from tether.cli.rollout_cmd import AGENT_REWARDS, add_runner_args, load_inputs, warn_if_the_agent_user_reads
 from tether.cli.secrets import TEACHER_KEY, add_secret_arg, secret_value
 from tether.contracts import ALGORITHMS, POLICY_UPSTREAM
+from tether.policy_server.vllm import options as vllm_kind
 from tether.project import Project
 from tether.rewards.rank import GroupScorer
 from tether.runner import RewardError, TaskFileError, load_tasks
 from tether.runner.rewards import check_reference_reader
 from tether.trainer.curriculum import add_curriculum_args, curriculum_config
-from tether.trainer.policies import PolicySpec, PolicySpecError, parse_policy
+from tether.trainer.policies import parse_policy
 
 if TYPE_CHECKING:
     from tether.store import Store, Task
@@ -54,7 +55,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     add_runner_args(parser)
     add_runner_kind_args(parser)
-    add_engine_args(parser)
+    vllm_kind.add_args(parser)
     parser.add_argument("--val-tasks", metavar="FILE", help="held-out tasks scored before, during and after")
     parser.add_argument(
         "--val-reward",
@@ -77,7 +78,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--teacher",
         metavar="URL",
-        default=None,
         help="opd: the teacher's OpenAI-compatible base URL (ending in /v1) that answers prompt_logprobs: "
         "vLLM, or `tether serve --model M [--adapter DIR]`; it must share the student's tokenizer",
     )
@@ -89,7 +89,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--time-budget",
         type=float,
-        default=None,
         metavar="SECONDS",
         help="stop updating once the training steps (rollouts, teacher scoring, updates; not "
         "validations) have taken this many wall-clock seconds, whichever of this and --steps comes "
@@ -98,7 +97,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--from-run",
         metavar="NAME",
-        default=None,
         help="demonstrations: imitate the successful rollouts of run NAME (e.g. a `tether rollout "
         "--upstream` run against a teacher), their recorded messages tokenized with the policy's chat "
         "template; every step with --algorithm sft, else the first --sft-steps updates before RL",
@@ -120,7 +118,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--group-size", type=int, default=8, help="rollouts per task in a step (a group)")
     parser.add_argument("--tasks-per-step", type=int, default=4, help="groups per update")
-    parser.add_argument("--lr", type=float, default=None, help="learning rate (default 1e-4 LoRA, 1e-5 full)")
+    parser.add_argument("--lr", type=float, help="learning rate (default 1e-4 LoRA, 1e-5 full)")
     parser.add_argument("--full", action="store_true", help="full fine-tuning instead of LoRA")
     parser.add_argument("--lora-r", type=int, default=16, help="LoRA rank")
     parser.add_argument("--kl-coef", type=float, default=0.0, help="KL penalty to the base model")
@@ -138,7 +136,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--train-agent",
         action="append",
-        default=None,
         metavar="NAME",
         help="train only the calls of this agent name (repeatable; default all). An agent is named by "
         "its X-Tether-Agent header, an enclosing OpenTelemetry span's agent name, or its model alias",
@@ -146,7 +143,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--policy",
         action="append",
-        default=None,
         metavar="NAME=lora:rR[:lr=X]",
         help="train a LoRA adapter of its own for the agent that asks for model NAME (repeatable): each "
         "policy has its own adapter, optimizer, learning rate (default --lr), versions, weights "
@@ -158,7 +154,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--fixed-agent",
         action="append",
-        default=None,
         metavar="ALIAS[=URL]",
         help="serve calls for this model alias with a fixed model that is never trained: the built-in "
         "base model, or the OpenAI-compatible server at URL (repeatable)",
@@ -183,7 +178,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--wandb",
         metavar="PROJECT",
-        default=None,
         help="also log the metrics (and sample rollouts of each validation) to this Weights & Biases "
         "project; WANDB_MODE=offline keeps the run on disk, under the run folder",
     )
@@ -192,7 +186,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--run-name",
         dest="run",
         metavar="NAME",
-        default=None,
         help="the run (its folder is .tether/runs/NAME; default: derived from the command line, so "
         "running the same command again resumes it from its last checkpoint)",
     )
@@ -254,13 +247,10 @@ def add_sampling_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--train-temperature",
         type=float,
-        default=None,
         help="force this temperature on every training call, whatever the agent asks (1.0 samples the "
         "policy itself; default: the agent's own settings, which the learner reproduces exactly)",
     )
-    group.add_argument(
-        "--train-top-p", type=float, default=None, help="force this top-p on every training call"
-    )
+    group.add_argument("--train-top-p", type=float, help="force this top-p on every training call")
     group.add_argument(
         "--min-signal-groups",
         type=int,
@@ -271,7 +261,6 @@ def add_sampling_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--max-groups-per-step",
         type=int,
-        default=None,
         help="with --min-signal-groups: at most this many groups generated per step "
         "(default 3 x --tasks-per-step)",
     )
@@ -288,13 +277,6 @@ def _train_sampling(args: argparse.Namespace) -> dict[str, float]:
             raise SystemExit("tether train: --train-top-p must be in (0, 1]")
         forced["top_p"] = args.train_top_p
     return forced
-
-
-def _policies(values: list[str]) -> list[PolicySpec]:
-    try:
-        return [parse_policy(value) for value in values]
-    except PolicySpecError as exc:
-        raise SystemExit(f"tether train: {exc}") from None
 
 
 def _fixed_agents(values: list[str]) -> dict[str, str | None]:
@@ -317,12 +299,9 @@ def _latest_checkpointed(project: Project) -> str:
 
 def _archive_folder(run_dir: Path) -> None:
     """--fresh: the old run folder moves to NAME~N, next to it."""
-    if not run_dir.exists():
-        return
-    number = 1
-    while run_dir.with_name(f"{run_dir.name}~{number}").exists():
-        number += 1
-    run_dir.rename(run_dir.with_name(f"{run_dir.name}~{number}"))
+    if run_dir.exists():
+        kept = (run_dir.with_name(f"{run_dir.name}~{number}") for number in itertools.count(1))
+        run_dir.rename(next(path for path in kept if not path.exists()))
 
 
 def _command_line(args: argparse.Namespace) -> tuple[dict[str, object], dict[str, object]]:
@@ -338,9 +317,9 @@ def _command_line(args: argparse.Namespace) -> tuple[dict[str, object], dict[str
         "from_run": args.from_run,
         "sft_steps": args.sft_steps,
     }
-    # Forced sampling shapes the rollouts; named only when given, so earlier runs keep their names.
-    shape.update({k: v for k, v in _train_sampling(args).items()})
-    if args.policy:  # named only when given, so earlier runs keep their names
+    # Forced sampling and policies shape the rollouts; named only when given, so old runs keep their names.
+    shape.update(_train_sampling(args))
+    if args.policy:
         shape["policies"] = sorted(args.policy)
     named = {
         **shape,
@@ -402,7 +381,7 @@ def run(args: argparse.Namespace) -> int:
             merge=not args.no_merge,
             agents=args.train_agent,
             fixed_agents=_fixed_agents(args.fixed_agent or []),
-            policies=_policies(args.policy or []),
+            policies=[parse_policy(value) for value in args.policy or []],  # PolicySpecError is a ValueError
             async_mode=args.async_mode,
             max_staleness=args.max_staleness,
             from_run=args.from_run,
@@ -520,7 +499,6 @@ def _group_scorer(args: argparse.Namespace, evaluator: Any, validates: bool) -> 
 
 
 def _teacher(args: argparse.Namespace) -> Any:
-    """--teacher as the distillation teacher, or None."""
     from tether.trainer.distill import Teacher
 
     if args.teacher is None:
@@ -545,12 +523,10 @@ def _fit(trainer: Trainer, *inputs: Any, **options: Any) -> FitResult:
 
 
 def _report(result: FitResult, curve: Path) -> None:
-    out = Console()
-    before, after = result.val_before, result.val_after
     validations = [r for r in result.history if r.get("kind") == "val"]
     first, last = (validations[0], validations[-1]) if validations else (None, None)
-    out.print(
-        f"\n[bold]held-out accuracy before: {held_out_score(before, first)}   "
-        f"after: {held_out_score(after, last)}[/]  "
+    Console().print(
+        f"\n[bold]held-out accuracy before: {held_out_score(result.val_before, first)}   "
+        f"after: {held_out_score(result.val_after, last)}[/]  "
         f"({result.steps} steps; metrics {result.run_dir / 'metrics.jsonl'}; curve {curve})"
     )

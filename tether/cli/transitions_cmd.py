@@ -59,7 +59,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         action="extend",
         nargs="+",
         metavar="NAME",
-        default=None,
         help="only train these agents (the X-Tether-Agent header, or the model alias); others are skipped "
         "(default: all agents)",
     )
@@ -70,14 +69,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         nargs="+",
         choices=[status.value for status in RolloutStatus],
         metavar="STATUS",
-        default=None,
         help=f"only rollouts with these statuses (default: the finished ones: {', '.join(FINISHED)})",
     )
-    export.add_argument("--mode", default=None, help="only rollouts of this mode, e.g. train (default: any)")
-    export.add_argument("--run", default=None, metavar="NAME", help="only this run's rollouts (default: any)")
+    export.add_argument("--mode", help="only rollouts of this mode, e.g. train (default: any)")
+    export.add_argument("--run", metavar="NAME", help="only this run's rollouts (default: any)")
     export.add_argument(
         "--reward-name",
-        default=None,
         metavar="NAME",
         help="use the last primary reward with this name as the final reward (default: any name)",
     )
@@ -95,7 +92,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="which choice of an n>1 call to export (default: 0)",
     )
     add_store_arg(export)
-    export.add_argument("--db", default=None, help=argparse.SUPPRESS)  # older spelling of --store PATH
+    export.add_argument("--db", help=argparse.SUPPRESS)  # older spelling of --store PATH
     export.set_defaults(command_main=export_transitions, url=None, token=None)
 
 

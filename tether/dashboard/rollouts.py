@@ -4,6 +4,7 @@ transitions (merges, breaks and why, rewards, advantages, loss weights)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from tether.adapters import Transition, TransitionReport, build_transitions
@@ -79,10 +80,7 @@ def _short(value: Any) -> Any:
 def call_detail(store: Store, decoder: TokenDecoder, rollout_id: str, span_id: str) -> dict[str, Any]:
     """One model call: the request as the agent sent it, the response, and its tokens (prompt tokens
     are context, never trained; response tokens are trained when the call became part of a transition)."""
-    spans = store.query_spans(rollout_id=rollout_id, limit=ALL_SPANS)
-    span = next((s for s in spans if s.span_id == span_id and is_call_span(s.name)), None)
-    if span is None:
-        raise NotFound("model call", f"{rollout_id}/{span_id}")
+    span = _span(store, rollout_id, span_id, "model call", is_call_span)
     report = build_transitions(store, [rollout_id], merge=True, attempts="all")
     outcome = report.call_outcomes.get(span_id, "not_trained")
     trained = outcome in ("started", "merged")
@@ -120,10 +118,7 @@ def judge_detail(store: Store, rollout_id: str, span_id: str) -> dict[str, Any]:
     its reply, and the score it gave (a ranking judge's: the scores of its group's attempts, in the order
     it saw them), or why it gave none. Never trained on. All of it is text for the page to show as text:
     the messages and the reply quote what the agent wrote."""
-    spans = store.query_spans(rollout_id=rollout_id, limit=ALL_SPANS)
-    span = next((s for s in spans if s.span_id == span_id and s.name == JUDGE_SPAN), None)
-    if span is None:
-        raise NotFound("judge call", f"{rollout_id}/{span_id}")
+    span = _span(store, rollout_id, span_id, "judge call", lambda name: name == JUDGE_SPAN)
     attrs = span.attributes
     request = attrs.get("request")
     if not isinstance(request, dict):
@@ -149,6 +144,14 @@ def judge_detail(store: Store, rollout_id: str, span_id: str) -> dict[str, Any]:
     }
 
 
+def _span(store: Store, rollout_id: str, span_id: str, what: str, kind: Callable[[str], bool]) -> Span:
+    spans = store.query_spans(rollout_id=rollout_id, limit=ALL_SPANS)
+    span = next((s for s in spans if s.span_id == span_id and kind(s.name)), None)
+    if span is None:
+        raise NotFound(what, f"{rollout_id}/{span_id}")
+    return span
+
+
 def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
@@ -160,12 +163,11 @@ def _cut(text: str, limit: int) -> dict[str, Any]:
 def _tokens(
     decoder: TokenDecoder, ids: list[int], logprobs: list[Any] | None, mask: list[int]
 ) -> list[dict[str, Any]]:
-    pieces = decoder.pieces(ids)
-    rows = []
-    for index, (token_id, text) in enumerate(zip(ids, pieces, strict=True)):
-        logprob = logprobs[index] if logprobs is not None and index < len(logprobs) else None
-        rows.append({"id": token_id, "t": text, "lp": logprob, "m": mask[index]})
-    return rows
+    known = logprobs or []
+    return [
+        {"id": token_id, "t": text, "lp": known[i] if i < len(known) else None, "m": mask[i]}
+        for i, (token_id, text) in enumerate(zip(ids, decoder.pieces(ids), strict=True))
+    ]
 
 
 def transitions_view(store: Store, decoder: TokenDecoder, rollout_id: str) -> dict[str, Any]:

@@ -38,9 +38,8 @@ class DashboardConfig:
 
 def install_dashboard(app: FastAPI, store: Store, auth: TokenAuthority, config: DashboardConfig) -> None:
     decoder = TokenDecoder(config.tokenizer, config.loaded_tokenizer)
-    if (
-        config.loaded_tokenizer is None and config.tokenizer is not None
-    ):  # loading transformers takes seconds: not on the first page view
+    if config.loaded_tokenizer is None and config.tokenizer is not None:
+        # Loading transformers takes seconds: not on the first page view.
         threading.Thread(target=lambda: decoder.available, name="tether-tokenizer", daemon=True).start()
     app.include_router(_api_router(store, auth, decoder, config.runs_dir))
     app.mount("/ui/static", StaticFiles(directory=STATIC), name="dashboard-static")

@@ -37,9 +37,7 @@ def read_metrics_from(path: Path | None, offset: int) -> MetricsChunk:
     if path is None or not path.is_file():
         return MetricsChunk([], 0)
     with path.open("rb") as handle:
-        size = handle.seek(0, 2)
-        if offset > size:
-            offset = 0
+        offset = 0 if offset > handle.seek(0, 2) else offset
         handle.seek(offset)
         data = handle.read(MAX_CHUNK_BYTES)
     end = data.rfind(b"\n") + 1
@@ -64,7 +62,7 @@ def _summary(store: Store, runs_dir: Path | None, name: str) -> dict[str, Any]:
     }
     record = load_run(store, name)
     path = metrics_path(runs_dir, name)
-    last = _last_records(path)
+    last = {str(line.get("kind")): line for line in read_metrics_from(path, 0).records}  # of each kind
     modified = path.stat().st_mtime if path is not None and path.is_file() else None
     active = counts["queued"] + counts["running"] > 0
     recent = modified is not None and time.time() - modified < LIVE_WINDOW_S
@@ -82,11 +80,3 @@ def _summary(store: Store, runs_dir: Path | None, name: str) -> dict[str, Any]:
         "live": active or recent,
         "updated_at": modified,
     }
-
-
-def _last_records(path: Path | None) -> dict[str, dict[str, Any]]:
-    """The last record of each kind ("train", "val") in a metrics file."""
-    last: dict[str, dict[str, Any]] = {}
-    for record in read_metrics_from(path, 0).records:
-        last[str(record.get("kind"))] = record
-    return last
