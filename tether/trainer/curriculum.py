@@ -121,7 +121,6 @@ def add_curriculum_args(parser: argparse.ArgumentParser) -> None:
         "--retire-after",
         type=int,
         metavar="K",
-        default=None,
         help="retire a task once its last K training rollouts all solved it (K of K): it is not "
         "trained on again. A group's rollouts have no order among themselves: use a multiple of "
         "--group-size (K = group size: one whole group solved)",
@@ -130,7 +129,6 @@ def add_curriculum_args(parser: argparse.ArgumentParser) -> None:
         "--park-after",
         type=int,
         metavar="M",
-        default=None,
         help="park a task whose last M training rollouts all failed (a multiple of --group-size, as "
         "for K): it is set aside (see --revisit-every); tried anyway only when no other task is left",
     )
@@ -159,7 +157,6 @@ def add_curriculum_args(parser: argparse.ArgumentParser) -> None:
         "--curriculum-from",
         action="append",
         metavar="RUN",
-        default=None,
         help="also count the training rollouts of this earlier run (repeatable), e.g. to start with "
         "the tasks it solved retired",
     )
@@ -206,11 +203,6 @@ class _Row:
         )
 
     @property
-    def final(self) -> bool:
-        """Finished: its status and reward no longer change."""
-        return self.status.finished
-
-    @property
     def outcome(self) -> float | None:
         """The reward it counts with; None: it does not count (not finished, or cancelled)."""
         if self.status not in COUNTED:
@@ -235,9 +227,8 @@ class _RunReader:
                 self.final = []
                 return self.read()
             rows = rows[1:]
-        settled = 0
-        while settled < len(rows) and rows[settled].final:
-            settled += 1
+        # A finished rollout's status and reward no longer change.
+        settled = next((i for i, row in enumerate(rows) if not row.status.finished), len(rows))
         self.final.extend(rows[:settled])
         return self.final + rows[settled:]
 
@@ -269,6 +260,9 @@ class _TaskState:
     outcomes: list[float] = field(default_factory=list)  # rewards, oldest first
     last_taken: int | None = None  # the latest step of this run that took it
 
+    def took(self, step: int) -> None:
+        self.last_taken = step if self.last_taken is None else max(self.last_taken, step)
+
 
 def _pool_of(state: _TaskState, config: CurriculumConfig) -> str:
     solved = [reward >= config.success for reward in state.outcomes]
@@ -291,9 +285,7 @@ def _states(history: Sequence[_Row], rows: Sequence[_Row], before: int | None) -
         if row.outcome is not None:
             state.outcomes.append(row.outcome)
     for row in mine:
-        state = states[row.task_id]
-        step = row.step if row.step is not None else -1
-        state.last_taken = step if state.last_taken is None else max(state.last_taken, step)
+        states[row.task_id].took(row.step if row.step is not None else -1)
     return states
 
 
@@ -366,7 +358,9 @@ class Curriculum:
         if step is not None:
             self.step = step
         if not self.config.enabled:
-            return self._take_shuffled(count)
+            shuffled = TaskCursor(self.tasks, self.seed, self.position).take(count)
+            self.position += count
+            return shuffled
         states = self._read_states()
         order = self._ranked(states)
         picked = [order[i % len(order)] for i in range(count)]
@@ -386,18 +380,11 @@ class Curriculum:
 
     # -- internals -----------------------------------------------------------------------------------
 
-    def _take_shuffled(self, count: int) -> list[Task]:
-        cursor = TaskCursor(self.tasks, self.seed, self.position)
-        picked = cursor.take(count)
-        self.position = cursor.position
-        return picked
-
     def _read_states(self) -> dict[str, _TaskState]:
         assert self._reader is not None
         states = _states(self._history, self._reader.read(), self.step)
         for task_id, step in self._handed.items():
-            state = states.setdefault(task_id, _TaskState())
-            state.last_taken = step if state.last_taken is None else max(state.last_taken, step)
+            states.setdefault(task_id, _TaskState()).took(step)
         return states
 
     def _now(self, states: dict[str, _TaskState]) -> int:
@@ -450,7 +437,6 @@ class Curriculum:
         return 1 if self.config.mixed_first and (pool == "mixed" or not state.outcomes) else 2
 
     def _dry_spell(self, parked: list[tuple[int, int, int, int]]) -> list[tuple[int, int, int, int]]:
-        pools = self._pools
         if not parked:
             raise CurriculumExhausted(
                 f"every one of the {len(self.tasks)} tasks is retired ({self.config.flags()}): "
@@ -460,8 +446,8 @@ class Curriculum:
             log.warning(
                 "curriculum: no active task (%d retired, %d parked, none due for a revisit): trying "
                 "parked tasks",
-                pools["retired"],
-                pools["parked"],
+                self._pools["retired"],
+                self._pools["parked"],
             )
             self._dry = True
         return parked

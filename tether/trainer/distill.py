@@ -53,8 +53,8 @@ async def score_transitions(teacher: Teacher, transitions: Sequence[Transition])
             async with limit:
                 where = f"rollout {transition.rollout_id!r} call {transition.call_index}"
                 ids = [*transition.prompt_ids, *transition.response_ids]
-                values = await _score(client, teacher, ids, where)
-                return values[len(transition.prompt_ids) - 1 :]
+                entries = await _entries(client, teacher, ids, where)
+                return [float(entry["logprob"]) for entry in entries[len(transition.prompt_ids) - 1 :]]
 
         return list(await asyncio.gather(*(one(t) for t in transitions)))
 
@@ -72,7 +72,8 @@ def check_teacher(teacher: Teacher, tokenizer: Any) -> None:
     mismatched = [
         (token_id, entry["decoded_token"])
         for token_id, entry in zip(ids[1:], entries, strict=True)
-        if not _same_token(tokenizer, token_id, entry["decoded_token"])
+        if entry["decoded_token"]
+        not in (tokenizer.decode([token_id]), tokenizer.convert_ids_to_tokens(token_id))
     ]
     if mismatched:
         token_id, decoded = mismatched[0]
@@ -89,18 +90,9 @@ async def _probe(teacher: Teacher, ids: list[int]) -> list[dict[str, Any]]:
         return await _entries(client, teacher, ids, "the tokenizer probe")
 
 
-def _same_token(tokenizer: Any, token_id: int, decoded: Any) -> bool:
-    return decoded in (tokenizer.decode([token_id]), tokenizer.convert_ids_to_tokens(token_id))
-
-
 def _client(teacher: Teacher) -> httpx.AsyncClient:
     headers = {"Authorization": f"Bearer {teacher.api_key}"}
     return httpx.AsyncClient(timeout=teacher.timeout_s, headers=headers)
-
-
-async def _score(client: httpx.AsyncClient, teacher: Teacher, ids: list[int], where: str) -> list[float]:
-    entries = await _entries(client, teacher, ids, where)
-    return [float(entry["logprob"]) for entry in entries]
 
 
 async def _entries(

@@ -11,9 +11,10 @@ agrees on divergence, and shards and gathers the state. The learner built from R
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import torch
+import torch.distributed as dist
 
 from tether.algorithms.advantages import Sample
 from tether.contracts import LEARNER_SHARDINGS
@@ -23,22 +24,25 @@ if TYPE_CHECKING:
     from tether.trainer.policy import PolicyTrainer
 
 
-class LearnerGroup(Protocol):
-    """The collectives around one rank's update; `Solo`'s are all the identity."""
+class LearnerGroup:
+    """The collectives around one rank's update; these defaults, all the identity, are `Solo`'s."""
 
-    world: int
+    world = 1
 
     def attach(self, trainer: PolicyTrainer) -> None:
         """The model and optimizer are built: make every rank start alike (and shard them)."""
 
-    def begin_step(self, trainer: PolicyTrainer) -> None: ...
+    def begin_step(self, trainer: PolicyTrainer) -> None:
+        pass
 
     def pad_plan(self, plan: list[list[int]]) -> list[list[int]]:
         """Micro-batches of sample indices; an empty one is a blank forward that trains nothing."""
+        return plan
 
     def diverged(self, error: TrainingDiverged, logp: torch.Tensor) -> torch.Tensor:
         """A micro-batch's loss is not finite: raise, or return a zero loss and raise after the step's
         collectives (`reduce_gradients`)."""
+        raise error
 
     def reduce_gradients(self, trainer: PolicyTrainer) -> None:
         """Before clipping: every rank holds the whole batch's gradient, or all raise together."""
@@ -48,58 +52,28 @@ class LearnerGroup(Protocol):
 
     def whole(self, tensor: torch.Tensor) -> torch.Tensor:
         """An unsharded copy on the CPU."""
-
-    def servable_state(self, model: Any) -> dict[str, Any] | None:
-        """The state dict `save_pretrained` writes (None: the model's own)."""
-
-    def whole_optimizer_state(self, state: dict[str, Any]) -> dict[str, Any]: ...
-
-    def like(self, value: torch.Tensor, param: torch.Tensor) -> torch.Tensor:
-        """A whole tensor of a checkpoint, laid out as `param` is."""
-
-    def optimizer_loaded(self, optimizer: torch.optim.Optimizer) -> None: ...
-
-
-class Solo:
-    """One process holds the whole model and the whole batch."""
-
-    world = 1
-
-    def attach(self, trainer: PolicyTrainer) -> None:
-        pass
-
-    def begin_step(self, trainer: PolicyTrainer) -> None:
-        pass
-
-    def pad_plan(self, plan: list[list[int]]) -> list[list[int]]:
-        return plan
-
-    def diverged(self, error: TrainingDiverged, logp: torch.Tensor) -> torch.Tensor:
-        raise error
-
-    def reduce_gradients(self, trainer: PolicyTrainer) -> None:
-        pass
-
-    def step_failed(self, trainer: PolicyTrainer) -> None:
-        pass
-
-    def whole(self, tensor: torch.Tensor) -> torch.Tensor:
         return tensor.detach().cpu().clone()
 
     def servable_state(self, model: Any) -> dict[str, Any] | None:
+        """The state dict `save_pretrained` writes (None: the model's own)."""
         return None
 
     def whole_optimizer_state(self, state: dict[str, Any]) -> dict[str, Any]:
         return state
 
     def like(self, value: torch.Tensor, param: torch.Tensor) -> torch.Tensor:
+        """A whole tensor of a checkpoint, laid out as `param` is."""
         return value
 
     def optimizer_loaded(self, optimizer: torch.optim.Optimizer) -> None:
         pass
 
 
-class Ranks:
+class Solo(LearnerGroup):
+    """One process holds the whole model and the whole batch."""
+
+
+class Ranks(LearnerGroup):
     """This process is one rank of an initialized `torch.distributed` group of `world` ranks.
 
     `replicate`: every rank holds the whole model and optimizer; gradients are all-reduced (summed)
@@ -117,8 +91,6 @@ class Ranks:
         self.device = torch.device("cpu")
 
     def attach(self, trainer: PolicyTrainer) -> None:
-        import torch.distributed as dist
-
         from tether.trainer import sharding
 
         self.device = trainer.device
@@ -132,8 +104,6 @@ class Ranks:
             trainer._make_optimizer()  # over the sharded parameters
 
     def begin_step(self, trainer: PolicyTrainer) -> None:
-        import torch.distributed as dist
-
         self._flag_sent, self._divergence = False, None
         rank = dist.get_rank()
         if rank > 0:  # rank 0's random state is the checkpoint's; the others' follow from the step, so a
@@ -143,8 +113,6 @@ class Ranks:
     def pad_plan(self, plan: list[list[int]]) -> list[list[int]]:
         if not self.sharded:
             return plan
-        import torch.distributed as dist
-
         longest = torch.tensor([len(plan)], device=self.device)
         dist.all_reduce(longest, op=dist.ReduceOp.MAX)  # every rank runs as many forwards
         return plan + [[] for _ in range(int(longest) - len(plan))]
@@ -156,8 +124,6 @@ class Ranks:
         return logp.sum() * 0.0  # the backward's collectives still run; the step fails after them
 
     def reduce_gradients(self, trainer: PolicyTrainer) -> None:
-        import torch.distributed as dist
-
         self._send_flag(trainer, 1.0 if self._divergence else 0.0)
         if self.sharded:
             return  # FSDP2 reduce-scattered them in the backward
@@ -172,8 +138,6 @@ class Ranks:
 
     def _send_flag(self, trainer: PolicyTrainer, value: float) -> None:
         """Every rank says whether its forward passes diverged: all fail together, none hangs."""
-        import torch.distributed as dist
-
         flag = torch.tensor([value], device=trainer.device)
         dist.all_reduce(flag, op=dist.ReduceOp.SUM)
         self._flag_sent = True
@@ -194,9 +158,7 @@ class Ranks:
         return sharding.whole(tensor)
 
     def servable_state(self, model: Any) -> dict[str, Any] | None:
-        if not self.sharded:
-            return None
-        return {n: self.whole(t) for n, t in model.state_dict().items()}
+        return {n: self.whole(t) for n, t in model.state_dict().items()} if self.sharded else None
 
     def whole_optimizer_state(self, state: dict[str, Any]) -> dict[str, Any]:
         from tether.trainer import sharding

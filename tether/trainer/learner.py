@@ -53,7 +53,6 @@ class Learner(Protocol):
 Factory = Callable[[TrainConfig], Learner]
 LEARNERS: Registry[Factory] = Registry("learner")
 register = LEARNERS.register
-kinds = LEARNERS.kinds
 
 
 def open_learner(kind: str, config: TrainConfig) -> Learner:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import json
 import shutil
 import statistics
 import time
@@ -156,13 +157,8 @@ class TrainerConfig:
         both = sorted(set(self.agents or ()) & set(self.fixed_agents))
         if both:
             raise ValueError(f"agents both trained and fixed: {', '.join(both)}")
-        self._check_policies()
-
-    def _check_policies(self) -> None:
-        if not self.policies:
-            return
         check_policies(self.policies, self.fixed_agents)
-        if self.learner != "local":
+        if self.policies and self.learner != "local":
             raise ValueError(
                 "several policies (--policy) are trained by the local learner for now: drop the Ray "
                 "learner, or train one policy"
@@ -170,7 +166,6 @@ class TrainerConfig:
 
     @property
     def policy_names(self) -> list[str]:
-        """The trained policies' names: `policy` alone unless several are declared."""
         return [spec.name for spec in self.policies] or [POLICY_UPSTREAM]
 
     def _check_sampling(self) -> None:
@@ -277,7 +272,11 @@ class Trainer:
             raise ValueError("no training tasks")
         config = self.config
         if config.teacher is not None:
-            check_teacher(config.teacher, _student_tokenizer(config.model))
+            from transformers import AutoTokenizer
+
+            from tether.models.catalog import resolve_model
+
+            check_teacher(config.teacher, AutoTokenizer.from_pretrained(resolve_model(config.model)))
         opened: list[PolicyServer] = []
         with console.status(f"loading {config.model} for serving and for training ..."):
             server = self.policy_server or self._placed_server(opened)
@@ -449,10 +448,7 @@ class _Session:
             self.step_started = time.monotonic()
             while self.step < self.config.sft_steps and not self._out_of_time():
                 await self._update(*self._demonstration_batch())
-            if self.config.async_mode:
-                await self._train_async()
-            else:
-                await self._train_sync()
+            await (self._train_async() if self.config.async_mode else self._train_sync())
             val_after = await self.validate() if self.val_tasks else None
         finally:
             await self.runner.stop()
@@ -689,16 +685,14 @@ class _Session:
         if self.config.policies:
             folder = folder / name
         weights = self.learners[name].save_weights(folder / f"v{version}", version)
-        for old in sorted(folder.glob("v*"), key=_version_of)[:-POLICY_VERSIONS_KEPT]:
+        versions = sorted(folder.glob("v*"), key=lambda f: int(f.name[1:]) if f.name[1:].isdigit() else -1)
+        for old in versions[:-POLICY_VERSIONS_KEPT]:
             shutil.rmtree(old, ignore_errors=True)
         return weights
 
     async def _swap(self, saved: list[tuple[str, PolicyWeights]]) -> None:
         """Serve the policies' new weights, all under one pause."""
-        if not self.config.async_mode:
-            await self._load(saved)
-            return
-        async with self.stack.paused():
+        async with self.stack.paused() if self.config.async_mode else contextlib.nullcontext():
             await self._load(saved)
 
     async def _load(self, saved: list[tuple[str, PolicyWeights]]) -> None:
@@ -777,17 +771,10 @@ class _Session:
     async def _train_async(self) -> None:
         in_flight: deque[asyncio.Task[tuple[list[Transition], dict[str, Any]]]] = deque()
 
-        def launch() -> bool:
-            tasks = self._take(1)
-            if tasks is None:
-                return False
-            label = f"g{self.cursor.position}"
-            in_flight.append(asyncio.create_task(self._collect(self._group_requests(tasks, label))))
-            return True
-
         def fill() -> None:
-            while len(in_flight) < self.config.groups_ahead and launch():
-                pass
+            while len(in_flight) < self.config.groups_ahead and (tasks := self._take(1)) is not None:
+                label = f"g{self.cursor.position}"
+                in_flight.append(asyncio.create_task(self._collect(self._group_requests(tasks, label))))
 
         try:
             while self.step < self.config.total_steps and not self._out_of_time():
@@ -894,7 +881,7 @@ class _Session:
             "position": self.cursor.position,
             "demonstration_position": self.demonstrations.position,
             "versions": dict(self.versions),
-            "config": _jsonable(asdict(self.config)),
+            "config": json.loads(json.dumps(asdict(self.config), default=str)),  # paths as text
             "history": self.trainer.history,
         }
         for name, learner in self.learners.items():
@@ -949,14 +936,6 @@ def _group_tags(tasks: Sequence[Task]) -> list[str]:
     return tags
 
 
-def _student_tokenizer(model: str) -> Any:
-    from transformers import AutoTokenizer
-
-    from tether.models.catalog import resolve_model
-
-    return AutoTokenizer.from_pretrained(resolve_model(model))
-
-
 def _sample_rows(store: Store, outcomes: Sequence[RolloutOutcome]) -> list[list[Any]]:
     """Rows of the validation samples table: rollout, task, input, output, reward, status."""
     rows = []
@@ -969,10 +948,6 @@ def _sample_rows(store: Store, outcomes: Sequence[RolloutOutcome]) -> list[list[
     return rows
 
 
-def _version_of(folder: Path) -> int:
-    return int(folder.name[1:]) if folder.name[1:].isdigit() else -1
-
-
 def release_free_memory() -> None:
     """Give freed heap pages back to the OS after an update (glibc keeps them otherwise)."""
     with contextlib.suppress(OSError, AttributeError):
@@ -980,6 +955,7 @@ def release_free_memory() -> None:
 
 
 SECONDS_KEYS = ("rollout_seconds", "generation_seconds", "idle_seconds", "agent_cpu_seconds")
+SUMMED_KEYS = ("rollouts", "groups", "failed_rollouts", "calls", "merged_calls", "merge_breaks")
 
 
 def _merge_stats(parts: list[dict[str, Any]], sequential: bool) -> dict[str, Any]:
@@ -990,25 +966,13 @@ def _merge_stats(parts: list[dict[str, Any]], sequential: bool) -> dict[str, Any
     keys = dict.fromkeys(key for part in parts for key in part)  # per-node and per-agent keys may differ
     for key in keys:
         values = [p.get(key, 0) for p in parts]
-        counted = key.startswith(("nodes.", "agent."))
-        summed = ("rollouts", "groups", "failed_rollouts", "calls", "merged_calls", "merge_breaks")
-        if counted or key in summed:
+        if key in SUMMED_KEYS or key.startswith(("nodes.", "agent.")):
             merged[key] = sum(values)
         elif key in SECONDS_KEYS:
             merged[key] = sum(values) if sequential else max(values)
         else:
             merged[key] = sum(p.get(key, 0) * p["rollouts"] for p in parts) / rollouts
     return merged
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, Path):
-        return str(value)
-    return value
 
 
 def _per_agent(report: TransitionReport) -> dict[str, int]:

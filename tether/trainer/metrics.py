@@ -31,9 +31,8 @@ class MetricsLog:
         with self.path.open("ab") as handle:
             handle.write(orjson.dumps(clean) + b"\n")
         if self._tensorboard is not None and "step" in record:
-            for key, value in clean.items():
-                if isinstance(value, int | float) and not isinstance(value, bool) and key != "step":
-                    self._tensorboard.add_scalar(key.replace(".", "/"), value, record["step"])
+            for key, value in _scalars(clean).items():
+                self._tensorboard.add_scalar(key.replace(".", "/"), value, record["step"])
             self._tensorboard.flush()
         if self._wandb is not None and "step" in record:
             self._wandb.scalars(record["step"], str(record.get("kind", "train")), _scalars(clean))

@@ -137,10 +137,6 @@ class MicroBatch:
     samplers: list[Sampler]  # per row: the distribution its tokens were drawn from
     old: torch.Tensor | None = None  # [B, K] the policy's logprobs at the start of the update
 
-    @property
-    def padded_tokens(self) -> int:
-        return self.input_ids.numel()
-
 
 @dataclass
 class _Totals:
@@ -351,16 +347,16 @@ class PolicyTrainer:
         )
         pad = base.config.pad_token_id if base.config.pad_token_id is not None else base.config.eos_token_id
         self.pad_id = int(pad if isinstance(pad, int) else 0)
-        self.reference: Any = None
+        self.reference_scorer: TokenScorer | None = None
         if config.lora:
             self.model = _wrap_lora(base, config)
             self.causal_lm = self.model.get_base_model()
         else:
             self.model = self.causal_lm = base
             if config.kl_coef > 0:
-                self.reference = copy.deepcopy(base).eval().requires_grad_(False)
+                reference = copy.deepcopy(base).eval().requires_grad_(False)
+                self.reference_scorer = TokenScorer(reference, self.bf16)
         self.scorer = TokenScorer(self.causal_lm, self.bf16)
-        self.reference_scorer = TokenScorer(self.reference, self.bf16) if self.reference is not None else None
         self._make_optimizer()
         self.step_count = 0
         self.group.attach(self)
@@ -449,21 +445,20 @@ class PolicyTrainer:
         transitions = [s.transition for s in samples]
         advantages = [s.advantages for s in samples]
         parts = self._mini_batches(samples)
-        several = len(parts) * cfg.ppo_epochs > 1
+        steps = len(parts) * cfg.ppo_epochs
         # "old" is the policy at the start of the update; with one optimizer step it is the forward's own
         # logprob, detached, and costs no extra pass.
-        old = self.logprobs(transitions) if several else None
+        old = self.logprobs(transitions) if steps > 1 else None
         self.model.train()
         totals = _Totals()
-        grad_norm, lr, steps = 0.0, float(self.scheduler.get_last_lr()[0]), 0
+        grad_norm, lr = 0.0, float(self.scheduler.get_last_lr()[0])
+        mass = total_weight if len(parts) == 1 else None
         for epoch in range(cfg.ppo_epochs):
             for part in parts:
-                mass = total_weight if total_weight is not None and len(parts) == 1 else None
                 coefs = _coefficients(samples, part, cfg.loss_agg, mass)
                 grad_norm = self._optimizer_step(
                     transitions, part, advantages, coefs, old, totals, epoch == 0
                 )
-                steps += 1
         self.scheduler.step()
         self.step_count += 1
 
@@ -497,8 +492,9 @@ class PolicyTrainer:
         )
 
     def _trainable_samples(self, batch: AdvantageBatch | Sequence[Sample]) -> list[Sample]:
-        samples = [s for s in _samples_of(batch) if s.transition.trained_tokens > 0 and s.weight != 0]
-        if not _is_imitation(batch):
+        given = batch.samples if isinstance(batch, AdvantageBatch) else batch
+        samples = [s for s in given if s.transition.trained_tokens > 0 and s.weight != 0]
+        if not (isinstance(batch, AdvantageBatch) and batch.report.method == IMITATION):
             refuse_demonstrations([s.transition for s in samples])
             refuse_unreproducible_sampling([s.transition for s in samples])
         for s in samples:
@@ -619,12 +615,9 @@ class PolicyTrainer:
         totals.policy_loss += float(policy_part.detach())
         totals.kl_loss += float(kl_part.detach()) if kl_part is not None else 0.0
         totals.tokens += int(mask.sum())
-        totals.padded += mb.padded_tokens
-        totals.ratio += float(stats["ratio"][mask].sum())
-        totals.clipped += float(stats["clipped"][mask].sum())
-        totals.truncated += float(stats["truncated"][mask].sum())
-        totals.masked += float(stats["masked"][mask].sum())
-        totals.approx_kl += float(stats["approx_kl"][mask].sum())
+        totals.padded += mb.input_ids.numel()
+        for key, values in stats.items():  # ratio, clipped, truncated, masked, approx_kl: _Totals' names
+            setattr(totals, key, getattr(totals, key) + float(values[mask].sum()))
         if entropy is not None:
             totals.entropy += float(entropy[mask].sum())
         totals.nll -= float(logp.detach()[mask].sum())
@@ -739,7 +732,6 @@ class PolicyTrainer:
     # The saved state, whole (on a sharded rank, gathering is a collective: every rank calls these).
 
     def trainable(self) -> dict[str, torch.Tensor]:
-        """A copy of the trainable parameters, on the CPU, by name."""
         return {n: self.group.whole(p) for n, p in self.model.named_parameters() if p.requires_grad}
 
     def servable_state(self) -> dict[str, Any] | None:
@@ -807,14 +799,6 @@ def _wrap_lora(model: Any, config: TrainConfig) -> Any:
         # peft probes a transformers attribute that is deprecated in transformers 5; harmless.
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
         return get_peft_model(model, lora)
-
-
-def _is_imitation(batch: AdvantageBatch | Sequence[Sample]) -> bool:
-    return isinstance(batch, AdvantageBatch) and batch.report.method == IMITATION
-
-
-def _samples_of(batch: AdvantageBatch | Sequence[Sample]) -> list[Sample]:
-    return list(batch.samples) if isinstance(batch, AdvantageBatch) else list(batch)
 
 
 def _length(t: Transition) -> int:

@@ -69,7 +69,7 @@ async def _rank_one(
         ranked.left_out.update(o.rollout_id for _, o in members)
         return
     outputs = [records[o.rollout_id].rollout.output for _, o in done]
-    traces = [_attempt_spans(records[o.rollout_id], o.attempts) for _, o in done]
+    traces = [[span for span in records[o.rollout_id].spans if span.attempt == o.attempts] for _, o in done]
     task = done[0][0].task.input
     try:
         scores, spans = await asyncio.to_thread(scorer.score_group, task, outputs, traces, group)
@@ -89,10 +89,6 @@ async def _rank_one(
     await asyncio.to_thread(store.add_rewards, rewards)
     ranked.rewards.update((o.rollout_id, score) for (_, o), score in zip(done, scores, strict=True))
     ranked.left_out.update(o.rollout_id for _, o in members if o.rollout_id not in ranked.rewards)
-
-
-def _attempt_spans(record: RolloutRecord, attempt: int) -> list[Span]:
-    return [span for span in record.spans if span.attempt == attempt]
 
 
 def _for_each(spans: Sequence[Span], done: Sequence[tuple[RolloutRequest, RolloutOutcome]]) -> list[Span]:

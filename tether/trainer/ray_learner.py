@@ -1,18 +1,14 @@
 """The learner of N ranks: Ray actors forming one `torch.distributed` group (gloo on CPU, NCCL on GPU), each
 running `PolicyTrainer(config, group=Ranks(world, sharding))` (`tether.trainer.groups`) on its share.
 
-A batch is split across ranks by token budget (longest samples first, each to the rank with the fewest
-tokens so far). The single-rank loss is sum_s w_s * mean_t loss_t / W over all samples (W: the total
-weight, see `tether.trainer.policy`); a rank computes the same sum over its own samples, also divided by
-the whole batch's W, so the ranks' gradients add up to the single-rank one. The summed gradient, its
-global norm (clipping) and so the optimizer step are then exactly those of one rank on the whole batch,
-up to float error, on every rank alike.
+A batch is split across ranks by tokens (`split_by_tokens`). The single-rank loss is sum_s w_s * mean_t
+loss_t / W over all samples (W: the total weight, see `tether.trainer.policy`); a rank computes the same
+sum over its own samples, also divided by the whole batch's W, so the ranks' gradients add up to the
+single-rank one. The summed gradient, its global norm (clipping) and so the optimizer step are then
+exactly those of one rank on the whole batch, up to float error, on every rank alike.
 
-Two shardings (`--learner-sharding`):
-- `replicate` (data parallel, the default): every rank holds the whole model and optimizer state; the
-  gradients are all-reduced before clipping.
-- `fsdp`: FSDP2 (`tether.trainer.sharding`), for models that do not fit on one device: each rank holds 1/N
-  of the parameters, gradients and optimizer state.
+The two shardings (`--learner-sharding`: `replicate`, data parallel, the default; `fsdp` for models that
+do not fit on one device) are described at `Ranks`.
 
 Rank 0 writes versions and checkpoints; a checkpoint is the single-rank one, so `--resume` works with any
 number of ranks, either sharding, or the local learner. A rank that dies fails the step with an error
@@ -25,7 +21,7 @@ import os
 import socket
 import tempfile
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -180,7 +176,6 @@ class RayLearner:
         self._call_all("setup", lambda _: (config, meeting, threads, sharding))
 
     def held(self) -> list[tuple[int, int]]:
-        """Per rank: (parameter elements it holds, elements of the whole model)."""
         return list(self._get([r.held.remote() for r in self.ranks]))
 
     def placements(self) -> list[ActorPlacement]:
@@ -285,11 +280,11 @@ def _replace_folder(directory: Path, files: dict[str, bytes]) -> None:
     os.replace(tmp, directory)
 
 
+@dataclass
 class CombinedMetrics:
     """One step's metrics across ranks, as `StepMetrics.to_dict` gives them for one rank."""
 
-    def __init__(self, values: dict[str, Any]) -> None:
-        self.values = values
+    values: dict[str, Any]
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.values)
@@ -301,13 +296,8 @@ def _combine(results: list[dict[str, Any]], rollouts: int) -> CombinedMetrics:
     combined = dict(first)
     for key in SUMMED + COUNTS:  # each rank's losses are normalized by the whole batch's weight: they add up
         combined[key] = sum(r[key] for r in results)
-    for key in TOKEN_MEANS:
-        if key in first:
-            combined[key] = sum(r[key] * r["tokens"] for r in results) / tokens if tokens else 0.0
-    if first.get("ref_kl") is not None:
-        combined["ref_kl"] = (
-            sum((r["ref_kl"] or 0.0) * r["tokens"] for r in results) / tokens if tokens else 0.0
-        )
+    for key in TOKEN_MEANS if first.get("ref_kl") is None else (*TOKEN_MEANS, "ref_kl"):
+        combined[key] = sum((r[key] or 0.0) * r["tokens"] for r in results) / tokens if tokens else 0.0
     combined["rollouts"] = rollouts
     combined["seconds"] = max(r["seconds"] for r in results)
     combined["tokens_per_s"] = (

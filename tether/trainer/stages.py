@@ -23,13 +23,7 @@ from typing import Any
 from tether.contracts import is_call_span
 from tether.runner.pool import worker_node
 from tether.runner.warm import forked_cpu_seconds
-from tether.store.base import Store
 from tether.store.models import RolloutRecord
-
-
-def stage_stats(store: Store, rollout_ids: Sequence[str]) -> dict[str, Any]:
-    """`stage_stats_of` the rollouts, read in one `Store.read_rollouts`."""
-    return stage_stats_of(store.read_rollouts(rollout_ids))
 
 
 def stage_stats_of(records: Iterable[RolloutRecord]) -> dict[str, Any]:

@@ -19,7 +19,7 @@ SAMPLE_COLUMNS: list[str | int] = ["rollout", "task", "input", "output", "reward
 
 
 class WandbSink:
-    def __init__(self, project: str, run_dir: Path, config: dict[str, Any] | None = None) -> None:
+    def __init__(self, project: str, run_dir: Path) -> None:
         try:
             import wandb
         except ImportError:
@@ -28,7 +28,7 @@ class WandbSink:
             ) from None
         self._wandb = wandb
         self.run = wandb.init(
-            project=project, name=run_dir.name, dir=str(run_dir), config=config or {}, reinit="create_new"
+            project=project, name=run_dir.name, dir=str(run_dir), config={}, reinit="create_new"
         )
 
     def scalars(self, step: int, kind: str, values: dict[str, float]) -> None:
