@@ -9,10 +9,10 @@ format: OpenAI tool calls or the text the agent parses. Driven through the unmod
     raise NoReference("...")          the agent gets a 400 error with that message; the call is recorded
                                       as failed, so the rollout is no demonstration
 
-`serve_teacher(policy, argv)` parses `--host/--port/--url-file`, binds (127.0.0.1, a free port by
-default), writes its base URL (`http://HOST:PORT/v1`) to stdout and to `--url-file`, and serves until
-stopped. Streaming requests get the same answer as one content chunk, one chunk per tool call, and the
-final chunk.
+`teacher_main(make_policy, description)` parses `--tasks/--host/--port/--url-file`, and
+`serve_teacher(policy, args)` binds (127.0.0.1, a free port by default), writes its base URL
+(`http://HOST:PORT/v1`) to stdout and to `--url-file`, and serves until stopped. Streaming requests get the
+same answer as one content chunk, one chunk per tool call, and the final chunk.
 """
 
 from __future__ import annotations
