@@ -4,7 +4,9 @@ checkpoint resumes a learner of another rank count."""
 
 from __future__ import annotations
 
+from dataclasses import fields
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -14,7 +16,8 @@ from tests.learner_rig import assert_close, batch, params
 from tether.algorithms import AdvantageBatch, Sample
 from tether.models.catalog import TINY_RANDOM, resolve_model
 from tether.trainer import PolicyTrainer, TrainConfig
-from tether.trainer.ray_learner import RayLearner
+from tether.trainer.policy import StepMetrics
+from tether.trainer.ray_learner import RayLearner, _combine
 
 
 @pytest.fixture(scope="module")
@@ -95,3 +98,19 @@ def test_fsdp_full_fine_tuning_with_tied_embeddings(
         assert_close(params(served.model), params(local.model))
     finally:
         learner.close()
+
+
+def test_token_means_are_weighted_by_each_ranks_trained_tokens() -> None:
+    def rank(tokens: int, fraction: float) -> dict[str, Any]:
+        zeros = {field.name: 0.0 for field in fields(StepMetrics)}
+        return zeros | {
+            "ref_kl": None,
+            "tokens": tokens,
+            "masked_fraction": fraction,
+            "clip_fraction": fraction,
+        }
+
+    combined = _combine([rank(30, 0.0), rank(10, 0.4)], rollouts=2).to_dict()
+    assert combined["masked_fraction"] == pytest.approx(0.1)
+    assert combined["clip_fraction"] == pytest.approx(0.1)
+    assert combined["tokens"] == 40

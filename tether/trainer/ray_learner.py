@@ -36,7 +36,15 @@ from tether.trainer.groups import split_by_tokens
 from tether.trainer.learner import LearnerLost
 
 SUMMED = ("loss", "policy_loss", "kl_loss")  # each rank normalizes by the whole W: they add up
-TOKEN_MEANS = ("mean_ratio", "clip_fraction", "truncated_fraction", "approx_kl", "entropy", "nll")
+TOKEN_MEANS = (
+    "mean_ratio",
+    "clip_fraction",
+    "truncated_fraction",
+    "approx_kl",
+    "entropy",
+    "nll",
+    "masked_fraction",
+)
 COUNTS = ("tokens", "forward_tokens", "padded_tokens", "samples", "micro_batches")
 
 
