@@ -234,3 +234,22 @@ def test_an_attempt_whose_warm_interpreter_died_is_the_runners_loss_and_is_run_a
     assert all("warm interpreter ended while the agent ran" in (a.error or "") for a in attempts[:2])
     assert json.loads(rig.store.get_rollout(outcome.rollout_id).output or "{}")["preloaded"] is False
     assert rig.store.get_rollout(outcome.rollout_id).worker_losses == 2
+
+
+def test_stop_beside_a_wake_ends_every_idle_worker(engine_rig: GatewayRig) -> None:
+    # A wake() just before stop() completes the idle workers' event wait as their cancel arrives: the
+    # cancel must still end them (an asyncio.wait_for there swallowed it, and stop() waited forever).
+    runner = make_runner(engine_rig, CallableAgent(lambda task, llm: "x"), n_workers=8)
+
+    async def main() -> bool:
+        runner.start()
+        await asyncio.sleep(0.2)  # every worker has found no work and waits for a wake
+        runner.pool.wake()
+        try:
+            await asyncio.wait_for(runner.stop(), 10)
+        except TimeoutError:
+            return False
+        return True
+
+    for _ in range(5):
+        assert asyncio.run(main()), "a worker outlived stop()"

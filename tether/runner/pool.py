@@ -140,8 +140,11 @@ class WorkerPool:
             claim = await asyncio.to_thread(self.store.claim, worker, self.run)
             if claim is None:
                 self._work.clear()
+                # Not wait_for: on Python 3.11 it swallows a cancel that lands as the event is set (a
+                # wake() beside stop()), and the worker then idles forever while stop() waits for it.
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._work.wait(), IDLE_RECHECK_S)
+                    async with asyncio.timeout(IDLE_RECHECK_S):
+                        await self._work.wait()
                 continue
             await self._run_claim(claim)
 
