@@ -429,12 +429,15 @@ class CallableAgent:
     async def run(
         self, task: dict[str, Any], env: Mapping[str, str], llm: LLM, timeout_s: float
     ) -> AgentResult:
+        # asyncio.timeout, not wait_for: on Python 3.11 wait_for returns the result of a call that ends as
+        # the worker is cancelled, and the cancel is lost (the worker then outlives the runner's stop()).
         try:
-            if inspect.iscoroutinefunction(self.function):
-                result = await asyncio.wait_for(self.function(task, llm), timeout_s)
-            else:
-                # A sync function cannot be killed: on timeout it is abandoned, still running in its thread.
-                result = await asyncio.wait_for(asyncio.to_thread(self.function, task, llm), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                if inspect.iscoroutinefunction(self.function):
+                    result = await self.function(task, llm)
+                else:
+                    # A sync function cannot be killed: on timeout it is abandoned, running in its thread.
+                    result = await asyncio.to_thread(self.function, task, llm)
         except TimeoutError:
             return AgentResult(None, None, timed_out=True, error=f"timed out after {timeout_s:g}s")
         except Exception as exc:  # the agent's own failure, recorded on the rollout

@@ -26,6 +26,7 @@ from tether.store.base import InvalidTransition, NotFound, Store
 from tether.store.models import Claim, Reward, Rollout, RolloutStatus, Span
 
 log = logging.getLogger(__name__)
+STOP_RECANCEL_S = 1.0
 IDLE_RECHECK_S = 1.0
 
 
@@ -117,10 +118,15 @@ class WorkerPool:
         ]
 
     async def stop(self) -> None:
-        for worker in self._workers:
-            worker.cancel()
-        await asyncio.gather(*self._workers, return_exceptions=True)
-        self._workers = []
+        workers, self._workers = self._workers, []
+        while workers:  # cancelled again while one lives on: code it awaits may have swallowed a cancel
+            for worker in workers:
+                worker.cancel()
+            done, pending = await asyncio.wait(workers, timeout=STOP_RECANCEL_S)
+            for worker in done:
+                if not worker.cancelled():
+                    worker.exception()  # retrieved: how a worker ended is of no interest once stopped
+            workers = list(pending)
 
     def wake(self) -> None:
         """New work was enqueued: idle workers claim now instead of at their next recheck."""
