@@ -90,23 +90,30 @@ def write_tasks(name: str, project: Path) -> Path:
 
 
 def train(name: str, project: Path, tasks: Path, steps: int, warm: bool) -> list[dict[str, Any]]:
-    """One `tether train` run; its train records, one per step."""
+    """One `tether train` run, warm or cold; its train records, one per step."""
+    return train_run(
+        name, project, tasks, steps, "warm" if warm else "cold", () if warm else ("--agent-cold",)
+    )
+
+
+def train_run(
+    name: str, project: Path, tasks: Path, steps: int, label: str, options: tuple[str, ...]
+) -> list[dict[str, Any]]:
+    """One `tether train` run of example `name` with more `options`; its train records, one per step."""
     example = EXAMPLES_RUN[name]
-    run = f"{name}-{'warm' if warm else 'cold'}-{time.monotonic_ns()}"
+    run = f"{name}-{label}-{time.monotonic_ns()}"
     command = [
         *(sys.executable, "-m", "tether.cli.main", "train", "--project-dir", str(project)),
         *("--agent", example.agent, "--tasks", str(tasks), "--reward", example.reward),
-        *("--model", "smollm2-135m", "--algorithm", "grpo", "--steps", str(steps)),
+        *("--model", "smollm2-135m", "--algorithm", "grpo", "--steps", str(steps), "--seed", "0"),
         *("--group-size", str(example.group_size), "--tasks-per-step", str(example.tasks_per_step)),
         *("--val-every", "0", "--checkpoint-every", "0", "--timeout", str(example.timeout_s)),
-        *("--run-name", run, *example.extra, *(["--agent-warm"] if warm else [])),
+        *("--run-name", run, *example.extra, *options),
     ]
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
     if done.returncode != 0:
-        raise SystemExit(
-            f"{name} ({'warm' if warm else 'cold'}) failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}"
-        )
+        raise SystemExit(f"{name} ({label}) failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
     metrics = project / ".tether" / "runs" / run / "metrics.jsonl"
     return [r for r in map(json.loads, metrics.read_text().splitlines()) if r.get("kind") == "train"]
 

@@ -14,12 +14,20 @@ TRAIN = {
     "reward_mean": 0.125,
     "reward_std": 0.331,
     "groups_used": 3,
+    "groups": 8,
     "rollouts_per_s": 0.55,
     "policy_version_after": 7,
-    "train.loss": 0.0123,
+    "train.loss": 0.0,
     "train.clip_fraction": 0.0,
-    "train.approx_kl": 0.0001,
-    "train.seconds": 4.2,
+    "train.approx_kl": 0.0,
+    "train.entropy": 0.4123,
+    "train.grad_norm": 0.7311,
+    "train.optimizer_steps": 1,
+    "train.seconds": 11.9,
+    "rollout_seconds": 18.12,
+    "update_seconds": 11.93,
+    "swap_seconds": 1.2,
+    "step_seconds": 31.24,
 }
 VAL = {"kind": "val", "step": 8, "val_score": 0.625}
 
@@ -31,7 +39,23 @@ def test_a_log_gets_one_unwrapped_line_per_step() -> None:
         show(TRAIN)
         show(VAL)
     assert out.getvalue().splitlines() == [step_line(TRAIN), step_line(VAL)]
-    assert "\r" not in out.getvalue() and "clip 0.000" in step_line(TRAIN)
+    assert "\r" not in out.getvalue()
+
+
+def test_a_step_line_says_what_the_step_learned_from_and_where_its_seconds_went() -> None:
+    assert step_line(TRAIN) == (
+        "step   7  reward 0.125±0.331  signal 3/8 groups  entropy 0.412  grad 0.731  "
+        "31.2s (rollouts 18.1, update 11.9, swap 1.2)"
+    )
+
+
+def test_the_surrogate_loss_shows_only_when_it_can_differ_from_zero() -> None:
+    assert "loss" not in step_line(TRAIN) and "clip" not in step_line(TRAIN)
+    epochs = {**TRAIN, "train.optimizer_steps": 2, "train.loss": 0.0123, "train.clip_fraction": 0.25}
+    assert "loss +0.0123  clip 0.250" in step_line(epochs)
+    skipped = {k: v for k, v in TRAIN.items() if not k.startswith("train.") and k != "update_seconds"}
+    line = step_line({**skipped, "groups_used": 0, "skipped": "every group had the same reward"})
+    assert "signal 0/8 groups  no update" in line and line.endswith("31.2s (rollouts 18.1, swap 1.2)")
 
 
 def test_a_terminal_gets_the_bar_and_the_lines() -> None:

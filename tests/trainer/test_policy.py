@@ -14,7 +14,8 @@ from tether.algorithms import Sample, assign_advantages
 from tether.algorithms.advantages import AdvantageBatch, AdvantageReport
 from tether.models.catalog import TINY_RANDOM, resolve_model
 from tether.trainer import PolicyTrainer, TrainConfig, TrainingDiverged
-from tether.trainer.policy import plan_micro_batches, policy_loss
+from tether.trainer.batches import plan_micro_batches
+from tether.trainer.policy import policy_loss
 
 GOOD = [2131, 4387, 3658, 2]
 BAD = [28, 9981, 555]
@@ -142,7 +143,8 @@ def test_masked_tokens_do_not_change_loss_or_gradients(tiny_path: Path) -> None:
         assert same_params(params, clean_params)
 
 
-def test_micro_batching_does_not_change_the_step(tiny_path: Path) -> None:
+@pytest.mark.parametrize("share", [False, True], ids=["padded", "packed"])
+def test_micro_batching_does_not_change_the_step(tiny_path: Path, share: bool) -> None:
     items = [
         make("a", GOOD, 1.0),
         make("a", BAD, 1.0, call=1, prompt=PROMPT + [5, 6, 7]),
@@ -151,7 +153,9 @@ def test_micro_batching_does_not_change_the_step(tiny_path: Path) -> None:
     ]
     results = []
     for budget in (4096, 1):
-        trainer = PolicyTrainer(config(tiny_path, bf16=False, micro_batch_tokens=budget))
+        trainer = PolicyTrainer(
+            config(tiny_path, bf16=False, micro_batch_tokens=budget, share_prefixes=share)
+        )
         record_own_logprobs(trainer, items)
         for t in items:
             t.response_logprobs = [lp - 0.1 for lp in t.response_logprobs]
@@ -159,7 +163,10 @@ def test_micro_batching_does_not_change_the_step(tiny_path: Path) -> None:
     together, alone = results
     assert (together.micro_batches, alone.micro_batches) == (1, 4)
     assert together.rollouts == 3 and together.samples == 4
-    assert alone.padded_tokens == alone.forward_tokens < together.padded_tokens
+    if share:  # together, the shared prompt runs once
+        assert alone.padded_tokens == alone.forward_tokens > together.forward_tokens
+    else:
+        assert alone.padded_tokens == alone.forward_tokens < together.padded_tokens
     for name in ("loss", "mean_ratio", "clip_fraction", "entropy", "grad_norm"):
         assert getattr(alone, name) == pytest.approx(getattr(together, name), rel=1e-4, abs=1e-6), name
 

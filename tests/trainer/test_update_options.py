@@ -97,7 +97,7 @@ def test_learner_scores_the_processed_distribution(tiny_path: Path) -> None:
 
 
 def _inputs(trainer: PolicyTrainer, transition):  # noqa: ANN001, ANN202
-    from tether.trainer.policy import collate
+    from tether.trainer.batches import collate
 
     mb = collate([transition], [0], trainer.pad_id)
     return mb.input_ids, mb.attention_mask, mb.position_ids, mb.targets.shape[1]

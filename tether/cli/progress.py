@@ -20,22 +20,45 @@ OnStep = Callable[[dict[str, Any]], None]
 
 
 def step_line(record: dict[str, Any]) -> str:
-    """`step   7  reward 0.125±0.331  groups 3  4.20 ro/s  loss +0.0123  clip 0.000  kl 0.0001  4.2s`"""
+    """`step   7  reward 0.125±0.331  signal 3/8 groups  entropy 0.412  grad 0.731  31.2s (rollouts 18.1,
+    update 11.9, swap 1.2)`: what the step learned from and where its seconds went. The surrogate's loss,
+    clip fraction and KL are shown only when the update took several optimizer steps: in one step they
+    are 0 by construction (the ratio starts at 1)."""
     step = f"step {record['step']:>3}"
     if record["kind"] == "val":
         return f"{step}  held-out accuracy {held_out_score(record['val_score'], record)}"
     if record.get("phase") == "sft":
         return _imitation_line(step, record)
-    line = (
-        f"{step}  reward {record['reward_mean']:.3f}±{record['reward_std']:.3f}  "
-        f"groups {record['groups_used']}  {record['rollouts_per_s']:.2f} ro/s"
-    )
-    if "train.loss" in record:
+    groups = record.get("groups", record["groups_used"])
+    line = f"{step}  reward {record['reward_mean']:.3f}±{record['reward_std']:.3f}  "
+    line += f"signal {record['groups_used']}/{groups} groups"
+    if "train.entropy" in record:
+        line += f"  entropy {record['train.entropy']:.3f}  grad {record['train.grad_norm']:.3f}"
+    if record.get("train.optimizer_steps", 1) > 1:
         line += (
             f"  loss {record['train.loss']:+.4f}  clip {record['train.clip_fraction']:.3f}  "
-            f"kl {record['train.approx_kl']:.4f}  {record['train.seconds']:.1f}s"
+            f"kl {record['train.approx_kl']:.4f}"
         )
-    return line
+    if "skipped" in record:
+        line += "  no update (no group with signal)"
+    return line + _seconds(record)
+
+
+def _seconds(record: dict[str, Any]) -> str:
+    """`  31.2s (rollouts 18.1, update 11.9, swap 1.2)`: the whole step and its parts."""
+    total = record.get("step_seconds")
+    if total is None:
+        return f"  {record['train.seconds']:.1f}s" if "train.seconds" in record else ""
+    parts = [
+        f"{name} {record[key]:.1f}"
+        for name, key in (
+            ("rollouts", "rollout_seconds"),
+            ("update", "update_seconds"),
+            ("swap", "swap_seconds"),
+        )
+        if key in record
+    ]
+    return f"  {total:.1f}s ({', '.join(parts)})" if parts else f"  {total:.1f}s"
 
 
 def held_out_score(score: float | None, record: dict[str, Any] | None = None) -> str:

@@ -129,6 +129,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="tokens per forward/backward pass; lower it if memory runs short",
     )
     parser.add_argument(
+        "--no-shared-prefixes",
+        action="store_true",
+        help="the update runs every sample's whole prompt, instead of each prefix that samples share (a "
+        "group's prompt, a system prompt, a rollout's earlier calls) once; for comparison only, the "
+        "gradient is the same",
+    )
+    parser.add_argument(
         "--val-every", type=int, default=5, help="validate every N steps (0: before/after only)"
     )
     parser.add_argument("--checkpoint-every", type=int, default=5, help="checkpoint every N steps")
@@ -357,6 +364,7 @@ def run(args: argparse.Namespace) -> int:
             lr=args.lr,
             kl_coef=args.kl_coef,
             micro_batch_tokens=args.micro_batch_tokens,
+            share_prefixes=not args.no_shared_prefixes,
             seed=args.seed,
             clip_low=args.clip_low,
             clip_high=args.clip_high,

@@ -48,6 +48,10 @@ class TrainConfig:
     # trained token of the batch (DAPO's token-level mean).
     loss_agg: str = "rollout"
     micro_batch_tokens: int = 2048  # padded tokens (rows x width) per forward/backward
+    # Run each token prefix that several samples share (a group's prompt, a system prompt, a multi-turn
+    # rollout's earlier calls) once, in packed rows of at most `packed_row_tokens` (tether.trainer.packing).
+    share_prefixes: bool = True
+    packed_row_tokens: int = 1024
     max_seq_len: int = 4096  # prompt + response; also limited by the model's context
     # bf16 autocast of the transformer body (weights, lm_head and loss stay fp32). None: the built-in
     # engine's precision (bf16 on a CUDA device that supports it, fp32 on CPUs), so learner and sampler agree.
@@ -65,8 +69,8 @@ class TrainConfig:
             )
         if self.tis_cap is not None and self.tis_cap <= 0:
             raise ValueError(f"tis_cap must be positive or None, got {self.tis_cap}")
-        if self.micro_batch_tokens < 1 or self.max_seq_len < 2:
-            raise ValueError("micro_batch_tokens must be >= 1 and max_seq_len >= 2")
+        if self.micro_batch_tokens < 1 or self.max_seq_len < 2 or self.packed_row_tokens < 1:
+            raise ValueError("micro_batch_tokens and packed_row_tokens must be >= 1 and max_seq_len >= 2")
         if self.kl_coef < 0 or self.grad_clip < 0:
             raise ValueError("kl_coef and grad_clip must be >= 0")
         if self.ppo_epochs < 1 or self.mini_batches < 1:

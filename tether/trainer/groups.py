@@ -178,12 +178,21 @@ class Ranks(LearnerGroup):
 
 
 def split_by_tokens(samples: Sequence[Sample], ranks: int) -> list[list[Sample]]:
-    """Shares of about equal tokens: longest first, each to the rank with the fewest tokens so far."""
+    """Shares of about equal tokens: longest first, each to the rank with the fewest tokens so far. A
+    group's samples stay on one rank, so that its prompt is computed once (`tether.trainer.packing`),
+    unless there are fewer groups than ranks."""
+    units: dict[str | None, list[Sample]] = {}
+    for sample in samples:
+        units.setdefault(sample.transition.group_id, []).append(sample)
+    parts = list(units.values()) if len(units) >= ranks else [[sample] for sample in samples]
     shares: list[list[Sample]] = [[] for _ in range(ranks)]
     loads = [0] * ranks
-    order = sorted(samples, key=lambda s: len(s.transition.prompt_ids) + len(s.transition.response_ids))
-    for sample in reversed(order):
+    for part in sorted(parts, key=_tokens, reverse=True):
         rank = loads.index(min(loads))
-        shares[rank].append(sample)
-        loads[rank] += len(sample.transition.prompt_ids) + len(sample.transition.response_ids)
+        shares[rank].extend(part)
+        loads[rank] += _tokens(part)
     return shares
+
+
+def _tokens(samples: Sequence[Sample]) -> int:
+    return sum(len(s.transition.prompt_ids) + len(s.transition.response_ids) for s in samples)

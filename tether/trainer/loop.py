@@ -68,7 +68,7 @@ from tether.trainer.metrics import MetricsLog
 from tether.trainer.placement import LocalPlacement, Placement
 from tether.trainer.policies import PolicySpec, check_policies, policy_of, split_batch
 from tether.trainer.ranking import rank_groups
-from tether.trainer.stages import agent_cpu_seconds, stage_stats_of
+from tether.trainer.stages import agent_cpu_seconds, engine_counts, engine_stats, stage_stats_of
 from tether.trainer.staleness import fresh_transitions
 
 console = Console(stderr=True)
@@ -482,8 +482,9 @@ class _Session:
         ]
 
     async def _collect(self, requests: Sequence[RolloutRequest]) -> tuple[list[Transition], dict[str, Any]]:
-        started, cpu_before = time.monotonic(), agent_cpu_seconds()
+        started, cpu_before, engine_before = time.monotonic(), agent_cpu_seconds(), engine_counts(self.server)
         outcomes = await self.runner.run(requests)
+        engine = engine_stats(engine_before, engine_counts(self.server))
         agent_cpu = agent_cpu_seconds() - cpu_before
         self._refuse_unrouted()
         ranked = None
@@ -518,6 +519,7 @@ class _Session:
             "rollout_seconds": seconds,
             "rollouts_per_s": len(outcomes) / max(seconds, 1e-9),
             **_per_agent(report),
+            **engine,
             **await asyncio.to_thread(stage_stats_of, records),
         }
         stats["idle_seconds"] = max(seconds - stats["generation_seconds"], 0.0)
@@ -966,7 +968,7 @@ def _merge_stats(parts: list[dict[str, Any]], sequential: bool) -> dict[str, Any
     keys = dict.fromkeys(key for part in parts for key in part)  # per-node and per-agent keys may differ
     for key in keys:
         values = [p.get(key, 0) for p in parts]
-        if key in SUMMED_KEYS or key.startswith(("nodes.", "agent.")):
+        if key in SUMMED_KEYS or key.startswith(("nodes.", "agent.", "engine.")):
             merged[key] = sum(values)
         elif key in SECONDS_KEYS:
             merged[key] = sum(values) if sequential else max(values)

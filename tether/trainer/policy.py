@@ -77,6 +77,7 @@ from tether.engines.sampling import processed_logprobs
 from tether.models.catalog import resolve_model
 from tether.policy_server.base import PolicyWeights
 from tether.sampling import Sampler
+from tether.trainer.batches import MicroBatch, collate, collate_packed, plan_micro_batches, plan_packed
 from tether.trainer.config import TrainConfig
 from tether.trainer.groups import LearnerGroup, Solo
 from tether.trainer.learner import TrainingDiverged
@@ -101,7 +102,8 @@ class StepMetrics:
     ref_kl: float | None  # k3 estimate of KL(pi_theta || reference), only with kl_coef > 0
     entropy: float  # mean entropy (nats) of the current policy at trained tokens
     tokens: int  # trained (loss-masked) tokens
-    forward_tokens: int  # prompt + response tokens run through the model, padding excluded
+    forward_tokens: int  # tokens run through the model, padding excluded (a shared prefix counts once)
+    sample_tokens: int  # the samples' prompt + response tokens: what the update runs without shared prefixes
     padded_tokens: int  # rows x width summed over micro-batches
     samples: int
     rollouts: int
@@ -117,25 +119,6 @@ class StepMetrics:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-@dataclass
-class MicroBatch:
-    """Left-padded rows so that every response ends at the last column; per-token tensors are [B, K]."""
-
-    indices: list[int]
-    input_ids: torch.Tensor  # [B, W]
-    attention_mask: torch.Tensor  # [B, W]
-    position_ids: torch.Tensor  # [B, W]
-    targets: torch.Tensor  # [B, K] response tokens, right-aligned
-    valid: torch.Tensor  # [B, K] bool: a response token (trained or not)
-    mask: torch.Tensor  # [B, K] bool: a trained response token
-    behaviour: torch.Tensor  # [B, K] recorded logprobs
-    advantages: torch.Tensor  # [B, K]: each response token's advantage
-    coef: torch.Tensor  # [B, 1] weight / (trained tokens * total weight)
-    demonstration: torch.Tensor  # [B, 1] bool: no recorded logprobs (another model's text)
-    samplers: list[Sampler]  # per row: the distribution its tokens were drawn from
-    old: torch.Tensor | None = None  # [B, K] the policy's logprobs at the start of the update
 
 
 @dataclass
@@ -155,6 +138,7 @@ class _Totals:
     nll: float = 0.0
     masked: float = 0.0
     padded: int = 0
+    forward: int = 0  # real tokens run through the model
     micro_batches: int = 0
 
     def mean(self, total: float) -> float:
@@ -216,87 +200,6 @@ def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     return torch.exp(log_ratio) - log_ratio - 1
 
 
-def plan_micro_batches(lengths: Sequence[int], budget: int) -> list[list[int]]:
-    """Group sample indices so that rows x longest row stays within `budget` padded tokens.
-
-    Longest first, so neighbours have similar lengths (little padding) and the biggest micro-batch, the
-    memory peak, comes first. A sample longer than the budget goes alone.
-    """
-    order = sorted(range(len(lengths)), key=lambda i: lengths[i], reverse=True)
-    batches: list[list[int]] = []
-    current: list[int] = []
-    for i in order:
-        if current and (len(current) + 1) * lengths[current[0]] > budget:
-            batches.append(current)
-            current = []
-        current.append(i)
-    if current:
-        batches.append(current)
-    return batches
-
-
-def collate(
-    transitions: Sequence[Transition],
-    indices: list[int],
-    pad_id: int,
-    advantages: Sequence[float | Sequence[float]] | None = None,
-    coefs: Sequence[float] | None = None,
-    old: Sequence[Sequence[float]] | None = None,
-) -> MicroBatch:
-    rows = [transitions[i] for i in indices]
-    width = max(len(t.prompt_ids) + len(t.response_ids) for t in rows)
-    k = max(len(t.response_ids) for t in rows)
-    b = len(rows)
-    input_ids = torch.full((b, width), pad_id, dtype=torch.long)
-    attention_mask = torch.zeros((b, width), dtype=torch.long)
-    targets = torch.zeros((b, k), dtype=torch.long)
-    valid = torch.zeros((b, k), dtype=torch.bool)
-    mask = torch.zeros((b, k), dtype=torch.bool)
-    behaviour = torch.zeros((b, k), dtype=torch.float32)
-    adv = torch.zeros((b, k), dtype=torch.float32)
-    old_logp = torch.zeros((b, k), dtype=torch.float32) if old is not None else None
-    for row, t in enumerate(rows):
-        ids = list(t.prompt_ids) + list(t.response_ids)
-        n = len(t.response_ids)
-        input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
-        attention_mask[row, width - len(ids) :] = 1
-        if n:
-            targets[row, k - n :] = torch.tensor(t.response_ids, dtype=torch.long)
-            valid[row, k - n :] = True
-            mask[row, k - n :] = torch.tensor(t.loss_mask, dtype=torch.long) != 0
-            behaviour[row, k - n :] = torch.tensor(t.response_logprobs, dtype=torch.float32)
-            if advantages is not None:
-                adv[row, k - n :] = _row_advantages(advantages[indices[row]], n)
-            if old_logp is not None and old is not None:
-                old_logp[row, k - n :] = torch.tensor(old[indices[row]], dtype=torch.float32)
-    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-    coef = [coefs[i] for i in indices] if coefs is not None else [0.0] * b
-    return MicroBatch(
-        indices=indices,
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        position_ids=position_ids,
-        targets=targets,
-        valid=valid,
-        mask=mask,
-        behaviour=behaviour,
-        advantages=adv,
-        coef=torch.tensor(coef, dtype=torch.float32)[:, None],
-        demonstration=torch.tensor([t.demonstration for t in rows], dtype=torch.bool)[:, None],
-        samplers=[t.sampler for t in rows],
-        old=old_logp,
-    )
-
-
-def _row_advantages(value: float | Sequence[float], length: int) -> torch.Tensor:
-    """One sample's advantages over its `length` response tokens: a scalar broadcast, or one per token."""
-    if isinstance(value, int | float):
-        return torch.full((length,), float(value), dtype=torch.float32)
-    if len(value) != length:
-        raise ValueError(f"{len(value)} token advantages for a response of {length} tokens")
-    return torch.tensor(list(value), dtype=torch.float32)
-
-
 class TokenScorer(torch.nn.Module):
     """The logits [B, K, V] (fp32) that predict the last K tokens of each row: decoder, then head.
 
@@ -310,7 +213,12 @@ class TokenScorer(torch.nn.Module):
         self.bf16 = bf16
 
     def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor, k: int
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor,
+        k: int,
+        gather: torch.Tensor | None = None,
     ) -> torch.Tensor:
         with torch.autocast(input_ids.device.type, dtype=torch.bfloat16, enabled=self.bf16):
             hidden = self.causal_lm.get_decoder()(
@@ -319,9 +227,12 @@ class TokenScorer(torch.nn.Module):
                 position_ids=position_ids,
                 use_cache=False,
             ).last_hidden_state
-        # Column j predicts token j + 1: the K response tokens are predicted by the K columns before the last.
+        if gather is not None:  # packed rows: the columns that predict each sample's K tokens
+            hidden = hidden.reshape(-1, hidden.shape[-1])[gather]
+        else:  # padded rows: column j predicts token j + 1, so the K columns before the last
+            hidden = hidden[:, -k - 1 : -1]
         # The head runs in fp32: bf16 keeps 8 mantissa bits, so a logit near 20 would move by up to 0.06.
-        logits: torch.Tensor = self.causal_lm.get_output_embeddings()(hidden[:, -k - 1 : -1].float())
+        logits: torch.Tensor = self.causal_lm.get_output_embeddings()(hidden.float())
         return logits
 
 
@@ -400,6 +311,7 @@ class PolicyTrainer:
             mb.attention_mask.to(self.device),
             mb.position_ids.to(self.device),
             mb.targets.shape[1],
+            mb.gather.to(self.device) if mb.gather is not None else None,
         )
         targets = mb.targets.to(self.device)
         if not any(sampler.processed for sampler in mb.samplers):
@@ -463,7 +375,7 @@ class PolicyTrainer:
         self.step_count += 1
 
         seconds = time.perf_counter() - started
-        forward_tokens = sum(_length(t) for t in transitions) * cfg.ppo_epochs
+        forward_tokens = totals.forward * cfg.ppo_epochs
         return StepMetrics(
             step=self.step_count,
             loss=totals.loss,
@@ -477,6 +389,7 @@ class PolicyTrainer:
             entropy=totals.mean(totals.entropy),
             tokens=totals.tokens,
             forward_tokens=forward_tokens,
+            sample_tokens=sum(_length(t) for t in transitions) * cfg.ppo_epochs,
             padded_tokens=totals.padded,
             samples=len(samples),
             rollouts=len({s.rollout_id for s in samples}),
@@ -528,13 +441,12 @@ class PolicyTrainer:
     ) -> float:
         """Accumulate the gradient of `indices` over micro-batches and take one optimizer step; adds to
         `totals` when `record`. Returns the gradient norm before clipping."""
-        plan = self._plan([_length(transitions[i]) for i in indices])
+        plan = self._plan([transitions[i] for i in indices])
         sink = totals if record else _Totals()
         self.optimizer.zero_grad(set_to_none=True)
         for n, group in enumerate(plan):
             if group:
-                rows = [indices[g] for g in group]
-                mb = collate(transitions, rows, self.pad_id, advantages, coefs, old)
+                mb = self._collate(transitions, [indices[g] for g in group], advantages, coefs, old)
             else:
                 mb = self._blank()
             try:
@@ -548,10 +460,33 @@ class PolicyTrainer:
         self.optimizer.zero_grad(set_to_none=True)
         return grad_norm
 
-    def _plan(self, lengths: Sequence[int]) -> list[list[int]]:
-        """Micro-batches of sample indices; an empty one is a `_blank` (ranks of a sharded learner pad
-        their plans to the same length, since every forward is a collective there)."""
-        return self.group.pad_plan(plan_micro_batches(lengths, self.config.micro_batch_tokens))
+    def _plan(self, transitions: Sequence[Transition]) -> list[list[int]]:
+        """Micro-batches of indices into `transitions`; an empty one is a `_blank` (ranks of a sharded
+        learner pad their plans to the same length, since every forward is a collective there)."""
+        budget = self.config.micro_batch_tokens
+        if self.config.share_prefixes:
+            sequences = [list(t.prompt_ids) + list(t.response_ids) for t in transitions]
+            plan = plan_packed(sequences, budget, self._row_tokens)
+        else:
+            plan = plan_micro_batches([_length(t) for t in transitions], budget)
+        return self.group.pad_plan(plan)
+
+    @property
+    def _row_tokens(self) -> int:
+        """A packed row's width: within the micro-batch budget too."""
+        return min(self.config.packed_row_tokens, self.config.micro_batch_tokens)
+
+    def _collate(
+        self,
+        transitions: Sequence[Transition],
+        rows: list[int],
+        advantages: Sequence[float | Sequence[float]] | None = None,
+        coefs: Sequence[float] | None = None,
+        old: Sequence[Sequence[float]] | None = None,
+    ) -> MicroBatch:
+        if self.config.share_prefixes:
+            return collate_packed(transitions, rows, self.pad_id, self._row_tokens, advantages, coefs, old)
+        return collate(transitions, rows, self.pad_id, advantages, coefs, old)
 
     def _blank(self) -> MicroBatch:
         """A one-token micro-batch that trains nothing: its loss and gradient are exactly 0."""
@@ -616,6 +551,7 @@ class PolicyTrainer:
         totals.kl_loss += float(kl_part.detach()) if kl_part is not None else 0.0
         totals.tokens += int(mask.sum())
         totals.padded += mb.input_ids.numel()
+        totals.forward += mb.tokens
         for key, values in stats.items():  # ratio, clipped, truncated, masked, approx_kl: _Totals' names
             setattr(totals, key, getattr(totals, key) + float(values[mask].sum()))
         if entropy is not None:
@@ -646,16 +582,15 @@ class PolicyTrainer:
             _check_sample(t, self.max_seq_len)
         out: list[list[float]] = [[] for _ in transitions]
         todo = [i for i, t in enumerate(transitions) if t.response_ids]
-        lengths = [_length(transitions[i]) for i in todo]
         was_training = self.model.training
         self.model.eval()
         try:
             with torch.no_grad():
-                for group in self._plan(lengths):
+                for group in self._plan([transitions[i] for i in todo]):
                     if not group:
                         self._token_logprobs(self._blank())
                         continue
-                    mb = collate(transitions, [todo[g] for g in group], self.pad_id)
+                    mb = self._collate(transitions, [todo[g] for g in group])
                     logp = self._token_logprobs(mb)[0].float().cpu()
                     for row, i in enumerate(mb.indices):
                         n = len(transitions[i].response_ids)

@@ -45,7 +45,7 @@ TOKEN_MEANS = (
     "nll",
     "masked_fraction",
 )
-COUNTS = ("tokens", "forward_tokens", "padded_tokens", "samples", "micro_batches")
+COUNTS = ("tokens", "forward_tokens", "sample_tokens", "padded_tokens", "samples", "micro_batches")
 
 
 class LearnerRankLost(LearnerLost):

@@ -76,3 +76,15 @@ def agent_cpu_seconds() -> float:
     the warm agents' that their zygotes reported. Only agents run by this process's own workers count."""
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     return children.ru_utime + children.ru_stime + forked_cpu_seconds()
+
+
+def engine_counts(server: object) -> dict[str, int]:
+    """The policy server's prompt-token counters now (`BuiltinPolicyServer.prefill_stats`), or none."""
+    read = getattr(server, "prefill_stats", None)
+    counts = read() if callable(read) else {}
+    return {k: int(v) for k, v in counts.items() if k.endswith("_tokens")}
+
+
+def engine_stats(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    """`engine.prompt_tokens`, `engine.prefilled_tokens`, ...: what the engine did between two readings."""
+    return {f"engine.{key}": after[key] - before.get(key, 0) for key in after}
