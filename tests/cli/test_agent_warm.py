@@ -1,5 +1,6 @@
-"""`tether rollout --agent-warm`: the same run as a cold one, through the CLI, a real gateway and a real
-agent on the `openai` client, every call recorded; only the start differs (the agent says which)."""
+"""`tether rollout` starts Python agents warm by default: the same run as a cold one (`--agent-cold`),
+through the CLI, a real gateway and a real agent on the `openai` client, every call recorded; only the
+start differs (the agent says which). `--agent-warm`, once needed, is still accepted."""
 
 from __future__ import annotations
 
@@ -43,12 +44,13 @@ def rollout(project: Path, upstream: str, *extra: str) -> list[tuple[str | None,
         store.close()
 
 
-def test_a_warm_run_records_what_a_cold_run_does(tmp_path: Path, upstream: str) -> None:
-    cold = rollout(tmp_path / "cold", upstream)
-    warm = rollout(tmp_path / "warm", upstream, "--agent-warm")
+def test_a_warm_run_by_default_records_what_a_cold_run_does(tmp_path: Path, upstream: str) -> None:
+    cold = rollout(tmp_path / "cold", upstream, "--agent-cold")
+    warm = rollout(tmp_path / "warm", upstream)
     assert cold == [(f"cold question {i}", 1) for i in range(6)]
     assert warm == [(f"warm question {i}", 1) for i in range(6)]
     assert zygotes() == []  # the command stopped its warm interpreters as it ended
+    assert rollout(tmp_path / "flag", upstream, "--agent-warm") == warm  # an older command line
 
 
 def zygotes() -> list[int]:
@@ -65,6 +67,11 @@ def zygotes() -> list[int]:
     return found
 
 
-def test_agent_preload_without_agent_warm_is_refused(tmp_path: Path, upstream: str) -> None:
-    with pytest.raises(SystemExit, match="--agent-preload needs --agent-warm"):
-        rollout(tmp_path / "p", upstream, "--agent-preload", "openai")
+def test_agent_preload_with_agent_cold_is_refused(tmp_path: Path, upstream: str) -> None:
+    with pytest.raises(SystemExit, match="--agent-preload needs warm starts: drop --agent-cold"):
+        rollout(tmp_path / "p", upstream, "--agent-cold", "--agent-preload", "openai")
+
+
+def test_agent_cold_with_agent_warm_is_refused(tmp_path: Path, upstream: str) -> None:
+    with pytest.raises(SystemExit, match="--agent-cold and --agent-warm contradict each other"):
+        rollout(tmp_path / "p", upstream, "--agent-cold", "--agent-warm")

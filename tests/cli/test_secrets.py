@@ -141,7 +141,9 @@ def test_a_secret_from_the_environment_or_a_file_reaches_no_command_line(
     key, password = f"sk-{secrets.token_hex(12)}", f"pw-{secrets.token_hex(12)}"
     (tmp_path / "tasks.jsonl").write_text(json.dumps({"id": "t0", "out": str(shared / "found.json")}) + "\n")
     env = {**os.environ, "PGPASSWORD": password, "TETHER_STORE": str(tmp_path / "store.db")}
+    # Cold: the probe reads its parent's command line, which must be Tether's (not a warm zygote's).
     argv = ["--agent", f"/usr/bin/python3 {shared / 'agent.py'}", "--tasks", str(tmp_path / "tasks.jsonl")]
+    argv += ["--agent-cold"]
     if source == "environment":
         env["TETHER_UPSTREAM_KEY"] = key
     else:  # a 0600 file of root's, in a folder open to all, and the agent runs as another user

@@ -1,7 +1,7 @@
-"""Every framework of these tests as an agent process under `tether rollout --agent-warm`: forked from a
-warm interpreter that had the framework loaded (each agent says whether it found it loaded), its one call
-through the gateway recorded as a cold start's would be; unsandboxed, and in `--sandbox bwrap` (the zygote
-in a sandbox of its own, each child confining itself). The agents are in tests/integration/agents/."""
+"""Every framework of these tests as an agent process under `tether rollout`, warm by default: forked from
+a warm interpreter that had the framework loaded (each agent says whether it found it loaded), its one
+call through the gateway recorded as a cold start's would be; unsandboxed, and in `--sandbox bwrap` (the
+zygote in a sandbox of its own, each child confining itself). The agents are in tests/integration/agents/."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def test_the_framework_agent_runs_warm_and_every_call_is_recorded(
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text("".join(json.dumps({"id": f"t{i}", "q": f"question {i}"}) + "\n" for i in range(TASKS)))
     args = ["rollout", "--agent", f"{sys.executable} {AGENTS[framework]}", "--tasks", str(tasks)]
-    args += ["--upstream", upstream, "--upstream-token-ids", "--n-workers", "2", "--agent-warm"]
+    args += ["--upstream", upstream, "--upstream-token-ids", "--n-workers", "2"]
     args += ["--sandbox", sandbox]
     assert main([*args, "--project-dir", str(tmp_path), "--timeout", "120"]) == 0
     store = SQLiteStore(tmp_path / ".tether" / "store.db")

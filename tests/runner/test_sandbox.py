@@ -2,7 +2,7 @@
 real bubblewrap, real processes and a real gateway on loopback; where it makes sense, the same agent
 unsandboxed gets through, so each test can fail. docs/security.md lists the guarantees and these tests.
 Each test of a Python agent runs it both ways it starts (`start`): cold, and forked from a warm
-interpreter (`--agent-warm`), which must then have started every sandboxed agent of the test."""
+interpreter (the default), which must then have started every sandboxed agent of the test."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def sandbox(**options: Any) -> BwrapSandbox:
 
 
 class Start:
-    """How a test's sandboxed agents start: cold, or warm (`--agent-warm`), and then every one warm.
+    """How a test's sandboxed agents start: cold (`--agent-cold`), or warm, and then every one warm.
     `cli` gives `tether rollout` the flag and records its WarmStarts, to count them there too."""
 
     def __init__(self, warm: bool, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -84,7 +84,7 @@ class Start:
         return CommandAgent(template, warm=self.warm, **options)
 
     def cli(self, *args: str) -> list[str]:
-        return [*args, "--agent-warm"] if self.warm is not None else list(args)
+        return list(args) if self.warm is not None else [*args, "--agent-cold"]
 
     def check(self, cli_rollouts: int = 0) -> None:
         """Every sandboxed agent started warm, none cold (a warm start that fell back would prove nothing)."""
@@ -197,9 +197,9 @@ def test_the_agent_sees_no_other_process_and_lives_in_namespaces_of_its_own(star
 
 
 def test_two_agents_at_once_share_no_folder_shared_memory_or_terminal(start: Start) -> None:
-    """Run side by side, each sees beside its scratch directory only its own relay directory, in /dev/shm
-    only its own file, in /dev/pts only its own terminal (warm: children of one zygote, whose sandbox
-    holds every rollout's folders)."""
+    """Run side by side, each sees beside its scratch directory only its own relay directory (warm: none,
+    it gets its relay as a descriptor), in /dev/shm only its own file, in /dev/pts only its own terminal
+    (warm: children of one zygote, whose sandbox holds every rollout's scratch directory)."""
     names = [f"ro-{os.getpid()}-{i}" for i in range(2)]
 
     async def side_by_side(agent: CommandAgent) -> list[dict[str, Any]]:
@@ -218,8 +218,8 @@ def test_two_agents_at_once_share_no_folder_shared_memory_or_terminal(start: Sta
     start.check()
     for name, seen in zip(names, inside, strict=True):
         beside = seen["beside_scratch"]
-        assert len(beside) == 2 and seen["scratch"] in beside
-        assert [other for other in beside if other != seen["scratch"]][0].startswith("tether-sandbox-")
+        assert len(beside) == (1 if start.warm else 2) and seen["scratch"] in beside
+        assert all(other.startswith("tether-sandbox-") for other in beside if other != seen["scratch"])
         assert seen["shm"] == [name]
         assert seen["pts"] == [seen["terminal"], "ptmx"]
     # unsandboxed, each sees the other's scratch directory, file and terminal
@@ -540,7 +540,7 @@ def test_a_hostile_agent_run_by_tether_rollout_fails_at_every_hole_in_the_sandbo
     outcome: dict[str, dict[str, Any]] = {}
     try:
         sandboxed = start.cli("--sandbox", "bwrap", "--sandbox-memory", "256")
-        for kind, extra in (("sandboxed", sandboxed), ("plain", [])):
+        for kind, extra in (("sandboxed", sandboxed), ("plain", ["--agent-cold"])):
             project = outside_tmp / kind
             project.mkdir()
             marker = f"tether-cli-daemon-{os.getpid()}-{kind}"

@@ -13,7 +13,7 @@ import shlex
 import signal
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,8 @@ from tether.runner import warm as warm_module
 from tether.runner.agents import AgentResult
 from tether.runner.sandbox import BwrapSandbox, SandboxOptions
 from tether.runner.warm import WarmStarts, python_entry, script_imports
+
+Installer = Callable[[dict[str, str]], str]  # the `installed_python` fixture (conftest.py)
 
 AGENTS = Path(__file__).parent / "agents"
 PROBE = AGENTS / "warm_probe.py"
@@ -198,37 +200,38 @@ def cold_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
     ids=["thread", "native-thread", "socket"],
 )
 def test_an_import_that_is_not_safe_to_fork_starts_cold_says_why_once_and_still_runs(
-    warm: WarmStarts, tmp_path: Path, caplog: pytest.LogCaptureFixture, source: str, why: str
+    warm: WarmStarts, installed_python: Installer, caplog: pytest.LogCaptureFixture, source: str, why: str
 ) -> None:
-    (tmp_path / "threaded_import.py").write_text(source)
-    agent = CommandAgent(
-        f"{PYTHON} {AGENTS / 'threaded_agent.py'}", env={"PYTHONPATH": str(tmp_path)}, warm=warm
-    )
+    python = installed_python({"threaded_import.py": source})  # installed: a zygote would preload it
+    agent = CommandAgent(f"{python} {AGENTS / 'threaded_agent.py'}", warm=warm)
     with caplog.at_level(logging.WARNING, logger="tether.runner.warm"):
         first, second = run(agent), run(agent)
     assert first.output == second.output == "cold"
-    assert why in warm.cold[PYTHON]
-    (line,) = cold_warnings(caplog)  # one line for the command, not one per rollout
-    assert line == f"--agent-warm: {PYTHON} starts cold: {warm.cold[PYTHON]}"
+    assert warm.cold[python].startswith("importing threaded_import: ") and why in warm.cold[python]
+    (line,) = cold_warnings(caplog)  # one line for the command, naming the module, not one per rollout
+    assert line == f"warm start: {python} starts cold: {warm.cold[python]}"
 
 
 def test_an_agent_whose_helper_imports_tether_runs_warm_without_tether_preloaded(
-    warm: WarmStarts, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    warm: WarmStarts, installed_python: Installer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The helper is outside the script's folder, so a zygote would preload it (and Tether with it); a
+    """The helper is installed, so a zygote would preload it (and Tether, installed too, with it); a
     module cannot be unloaded, so the zygote starts again without it, and the learned successor too."""
-    (tmp_path / "tether_helper.py").write_text("import tether\n\nVERSION = tether.__version__\n")
-    agent = CommandAgent(
-        f"{PYTHON} {AGENTS / 'tether_helper_agent.py'}", env={"PYTHONPATH": str(tmp_path)}, warm=warm
+    python = installed_python(
+        {
+            "tether_helper.py": "import tether\n\nVERSION = tether.__version__\n",
+            "tether/__init__.py": '__version__ = "0.1.0"\n',
+        }
     )
+    agent = CommandAgent(f"{python} {AGENTS / 'tether_helper_agent.py'}", warm=warm)
     with caplog.at_level(logging.INFO, logger="tether.runner.warm"):
         results = [run(agent) for _ in range(3)]
     for result in results:
         assert result.ok, result.stderr
         seen = json.loads(result.output or "{}")
         assert seen == {"tether": False, "tether_helper": False, "xml.dom.minidom": True, "helper": "0.1.0"}
-    assert PYTHON not in warm.cold and not cold_warnings(caplog)
-    zygote = warm.zygotes[PYTHON]
+    assert python not in warm.cold and not cold_warnings(caplog)
+    zygote = warm.zygotes[python]
     assert zygote.learned and len(warm.retired) == 1  # the successor that learned the run's imports
     for names in (zygote.modules, zygote.loaded):
         assert "tether_helper" not in names

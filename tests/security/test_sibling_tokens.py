@@ -2,8 +2,8 @@
 hostile agents (`agents/sibling_thief.py`) each wait for the other, read its environment from
 /proc/PID/environ and make a model call with its token. Without a sandbox (Tether's own user) the theft
 works and the call becomes one of the sibling's spans, so the test can fail; under `--sandbox bwrap` no
-sibling is to be found, and each rollout holds its own call only: started cold, and with `--agent-warm`
-(both forked from one warm interpreter, which starts them both)."""
+sibling is to be found, and each rollout holds its own call only: started cold (`--agent-cold`), and
+warm, the default (both forked from one warm interpreter, which starts them both)."""
 
 from __future__ import annotations
 
@@ -86,11 +86,11 @@ def test_an_agent_cannot_call_with_its_siblings_token_through_tether_rollout_in_
             made.append(self)
 
     monkeypatch.setattr(rollout_cmd, "WarmStarts", Recorded)
-    warm = ["--agent-warm"] if start == "warm" else []
-    inside = thieves(tmp_path, upstream_url, "sandboxed", "--sandbox", "bwrap", *warm)
+    cold = ["--agent-cold"] if start == "cold" else []
+    inside = thieves(tmp_path, upstream_url, "sandboxed", "--sandbox", "bwrap", *cold)
     assert not any(STOLEN_SAYS in json.dumps(request) for request in behaviour.requests)
-    assert [(w.cold, w.forked) for w in made] == ([({}, 2)] if warm else [])  # both warm, or both cold
-    outside = thieves(tmp_path, upstream_url, "plain")
+    assert [(w.cold, w.forked) for w in made] == ([] if cold else [({}, 2)])  # both warm, or both cold
+    outside = thieves(tmp_path, upstream_url, "plain", "--agent-cold")  # its environ in /proc
     capsys.readouterr()
 
     reports = [rollout["report"] for rollout in inside.values()]

@@ -91,20 +91,25 @@ def add_runner_args(parser: argparse.ArgumentParser) -> None:
     )
     add_sandbox_args(parser)
     parser.add_argument(
+        "--agent-cold",
+        action="store_true",
+        help="start every agent as a fresh process. By default each Python agent (`python SCRIPT.py "
+        "...` or `python -m MODULE ...`) is forked from a warm interpreter of its own Python that has "
+        "the script's top-level imports (of the standard library and site-packages only) loaded, and "
+        "runs exactly as a cold start would (argv, cwd, environment, exit code, timeouts; with "
+        "--sandbox bwrap, the same sandbox). Other commands, modules that start a thread or open a "
+        "socket at import, and sandboxed agents with --agent-cwd start cold, with one line saying why",
+    )
+    parser.add_argument(
         "--agent-warm",
         action="store_true",
-        help="fork each Python agent (`python SCRIPT.py ...` or `python -m MODULE ...`) from a warm "
-        "interpreter of its own Python that has the script's top-level imports loaded, instead of "
-        "starting Python and importing them per rollout; run exactly as a cold start (argv, cwd, "
-        "environment, exit code, timeouts; with --sandbox bwrap, the same sandbox). Other commands, "
-        "modules that start a thread or open a socket at import, and sandboxed agents with --agent-cwd "
-        "start cold, with one line saying why",
+        help="warm starts, the default (kept so that older command lines still work)",
     )
     parser.add_argument(
         "--agent-preload",
         metavar="MODULES",
-        help="with --agent-warm: the comma-separated modules the warm interpreter imports (default: "
-        "the script's own top-level imports)",
+        help="the comma-separated modules the warm interpreter imports (default: the script's own "
+        "top-level imports); not with --agent-cold",
     )
     parser.add_argument(
         "--tasks",
@@ -199,9 +204,12 @@ def readable_by(path: str, uid: int, gid: int) -> bool:
 
 
 def warm_starts(args: argparse.Namespace) -> WarmStarts | None:
-    if args.agent_preload is not None and not args.agent_warm:
-        raise ValueError("--agent-preload needs --agent-warm")
-    if not args.agent_warm:
+    """Warm starts unless `--agent-cold`."""
+    if args.agent_cold and args.agent_warm:
+        raise ValueError("--agent-cold and --agent-warm contradict each other: keep one")
+    if args.agent_cold and args.agent_preload is not None:
+        raise ValueError("--agent-preload needs warm starts: drop --agent-cold")
+    if args.agent_cold:
         return None
     preload = args.agent_preload
     return WarmStarts(None if preload is None else [m.strip() for m in preload.split(",") if m.strip()])

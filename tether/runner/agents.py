@@ -108,7 +108,7 @@ class CommandAgent:
     docs/security.md). Every agent runs as that same user: only a sandbox keeps agents from each other.
     With `sandbox` (`tether/runner/sandbox.py`, e.g. `BwrapSandbox` for `--sandbox bwrap`), each process
     is launched through it: the sandbox decides what it inherits, sees and reaches. With `warm`
-    (`tether/runner/warm.py`, `--agent-warm`), a Python agent is forked from a warm interpreter that has
+    (`tether/runner/warm.py`, the CLI's default), a Python agent is forked from a warm interpreter that has
     its imports loaded, run as its cold start would be; in `BwrapSandbox` the zygote has a sandbox of its
     own and each child confines itself as bwrap confines a cold agent (`confine`), its scratch directory
     made in the warm folder, the only place the zygote sees it.
@@ -365,10 +365,10 @@ def _warm_for(warm: WarmStarts | None, sandbox: Sandbox, cwd: str | None) -> War
     if warm is None or isinstance(sandbox, NoSandbox):
         return warm
     if not isinstance(sandbox, BwrapSandbox):
-        log.warning("--agent-warm: agents in this sandbox start cold (it has no warm form)")
+        log.warning("warm start: agents in this sandbox start cold (it has no warm form)")
         return None
     if cwd is not None:
-        log.warning("--agent-warm: sandboxed agents with --agent-cwd start cold (a warm one sees no other)")
+        log.warning("warm start: sandboxed agents with --agent-cwd start cold (a warm one sees no other)")
         return None
     return warm
 

@@ -6,11 +6,11 @@ the sandbox needs around that one process. `NoSandbox` is the default and change
 runs the agent under bubblewrap (Debian's `bubblewrap`) with its own user, PID, IPC, network, UTS and
 mount namespaces, no capabilities, an environment from an allow-list, the file system read-only except
 its scratch directory, the project's state and the run's task and evaluator files hidden, resource
-limits, and one way out: the gateway, through a Unix socket per sandbox (`sandbox_relay.py`). With
-`--agent-warm` the zygote runs in a bwrap sandbox of its own (`zygote_wrap`) and each child it forks sets
-up the rest itself (`confine`, `zygote_sandbox.py`). What each guarantee is, and the test that proves it:
-docs/security.md. A new kind is a class with `check` and `launch`, and one `register(...)` line at the
-end of this file.
+limits, and one way out: the gateway, through a Unix socket per sandbox (`sandbox_relay.py`). Started
+warm (the default), the zygote runs in a bwrap sandbox of its own (`zygote_wrap`) and each child it forks
+sets up the rest itself (`confine`, `zygote_sandbox.py`). What each guarantee is, and the test that
+proves it: docs/security.md. A new kind is a class with `check` and `launch`, and one `register(...)`
+line at the end of this file.
 """
 
 from __future__ import annotations
@@ -137,7 +137,7 @@ class Layout:
 
 @dataclass(frozen=True)
 class Confined:
-    """A warm agent in the sandbox (`--agent-warm`). `wrap` (ending in `--`) runs its zygote in a sandbox
+    """A warm agent in the sandbox (a warm start). `wrap` (ending in `--`) runs its zygote in a sandbox
     of its own, shared by the agents whose sandboxes look alike, with the environment `env`; `settings`
     are what the forked child confines itself with before the agent's code runs (`zygote_sandbox.py`)."""
 
@@ -145,6 +145,7 @@ class Confined:
     env: dict[str, str]
     settings: dict[str, Any]
     folder: str
+    relay_dir: str  # Tether's end of the relay: the child gets it as a descriptor, never by its path
 
 
 @dataclass(frozen=True)
@@ -236,29 +237,29 @@ class BwrapSandbox:
     async def confine(
         self, command: Command, folder: str, shared_env: Mapping[str, str]
     ) -> AsyncIterator[tuple[Command, Confined]]:
-        """A warm agent's sandbox (`--agent-warm`): its relay directory and gateway socket in the warm
-        `folder`, beside its scratch directory (`command.cwd`), the only two the child will see there;
+        """A warm agent's sandbox (a warm start): its scratch directory (`command.cwd`) in the warm
+        `folder`, the only one the child will see there; its relay directory and gateway socket outside
+        it, where the zygote sees neither (the child gets the directory as a descriptor: `relay_dir`);
         the command with the sandbox's environment, and how the zygote and the child confine it. The
         zygote's environment is the allow-listed one with `shared_env` (no attempt's own variables)."""
         _, target, inner_port = await self._prepare(command)
         folder = os.path.realpath(folder)
         if not os.path.exists(os.path.join(folder, RELAY_SOURCE.name)):
             _prepare_relay_dir(folder, command.identity)
-        relay_dir = tempfile.mkdtemp(prefix="tether-sandbox-", dir=folder)
+        relay_dir = tempfile.mkdtemp(prefix="tether-sandbox-")
         try:
             _own(relay_dir, command.identity)
             async with _gateway_socket(relay_dir, target, command.identity) as served:
                 settings = {
                     "folder": folder,
                     "scratch": os.path.realpath(command.cwd),
-                    "relay_dir": relay_dir,
                     "relay": self._relay_options(relay_dir, inner_port if served else None),
                     "uid": command.identity.get("user", os.getuid()),
                     "gid": command.identity.get("group", os.getgid()),
                 }
                 wrap = tuple(self.zygote_wrap(command, folder))
                 env = self.environment(replace(command, cwd=folder, env=dict(shared_env)), None, inner_port)
-                confined = Confined(wrap, env, settings, folder)
+                confined = Confined(wrap, env, settings, folder, relay_dir)
                 yield replace(command, env=self.environment(command, target, inner_port)), confined
         finally:
             shutil.rmtree(relay_dir, ignore_errors=True)
@@ -338,10 +339,12 @@ def bwrap_argv(ready: Ready, layout: Layout, inner: Sequence[str]) -> list[str]:
 
 
 def zygote_argv(ready: Ready, layout: Layout, as_root: bool) -> list[str]:
-    """A warm zygote's sandbox, `layout.scratch` its warm folder. No PID namespace (the pids its children
-    tell Tether are Tether's), the host's /proc (each child mounts its own over it, which the kernel
-    allows only where a whole /proc is in view), user namespaces allowed (each child makes its own and
-    then disables them): the rest as a cold sandbox's, each child covering the folder but for its own."""
+    """A warm zygote's sandbox, `layout.scratch` its warm folder. The host's /proc, whole (bwrap's own
+    would cover parts of it, and the kernel lets a fresh /proc be mounted only where a whole one is in
+    view): the zygote then makes its own PID namespace and mounts its /proc over it before it imports
+    anything (`isolate`), and each child does the same. User namespaces allowed (the zygote and each
+    child make their own, and each child then disables them): the rest as a cold sandbox's, each child
+    covering the folder but for its own."""
     argv = [ready.bwrap, *_namespaces(), *(["--uid", str(ZYGOTE_UID_AS_ROOT)] if as_root else [])]
     return [*argv, *_mounts(layout, ["--bind", "/proc", "/proc"]), "--chdir", "/", "--"]
 

@@ -1,22 +1,31 @@
-"""Warm interpreters for Python agents (`--agent-warm`): one zygote per interpreter imports the agent's
-heavy modules once and forks a child per rollout (`tether/runner/zygote.py`), so a rollout skips Python's
-start-up and the framework imports.
+"""Warm interpreters for Python agents (warm starts, the CLI's default; `--agent-cold` opts out): one
+zygote per interpreter imports the agent's heavy modules once and forks a child per rollout
+(`tether/runner/zygote.py`), so a rollout skips Python's start-up and the framework imports.
 
 Which modules: at first, the agent script's own top-level imports, read from its source
 (`script_imports`); the zygote's first child then writes down every module it had imported by its end
 (the framework's lazy imports too), and a successor zygote that preloads them all takes over, if it is as
-safe to fork. Modules the user names (`--agent-preload`) are taken as they are. Tether's own modules are
-never preloaded, and a module whose import loads Tether is left out (the zygote starts again without it):
-an agent that imports Tether imports its own copy, as it would cold. The child runs the script
-as `python SCRIPT ARGS` would: argv, `__main__`, cwd, environment, standard streams, exit code, its own
-process group (so timeouts kill its children too). Where a warm start cannot be exact, the agent starts
-cold, with one line that says why: a command that is not `PYTHON SCRIPT.py ...` or `PYTHON -m MODULE
-...`, a preloaded module that starts a thread or opens a socket (in a sandbox: keeps any file open), and
-a zygote that died twice.
+safe to fork. Modules the user names (`--agent-preload`) replace both. Whatever the list, a zygote
+imports only modules of the standard library and site-packages (never the agent's own code, nor
+anything from its folder, the cwd or another folder on its path): the first child's list is the agent's
+word, and names a successor refuses are logged once. Tether's own modules are never preloaded, and a
+module whose import loads Tether is left out (the zygote starts again without it): an agent that imports
+Tether imports its own copy, as it would cold. The child runs the script as `python SCRIPT ARGS` would:
+argv, `__main__`, cwd, environment, standard streams, exit code, its own process group (so timeouts kill
+its children too). Where a warm start cannot be exact, the agent starts cold, with one line that says
+why: a command that is not `PYTHON SCRIPT.py ...` or `PYTHON -m MODULE ...`, a preloaded module that
+starts a thread or opens a socket (in a sandbox: keeps any file open; the line names the module), and a
+zygote that died twice.
+
+A zygote takes requests from this process only (its pid, checked with SO_PEERCRED), on a socket it binds
+once its imports are done, which no child keeps. With `--agent-user`, it runs as that user, its folder
+that user's, in a folder that user may pass through but not list.
 
 In `--sandbox bwrap` (`Confined`), the zygote runs in a bwrap sandbox of its own, started from copies of
-`zygote.py` and `zygote_sandbox.py` in the warm folder, where each rollout's scratch and relay directories
-are made too; each child gives itself fresh namespaces before the agent's code runs (`zygote_sandbox.py`).
+`zygote.py` and `zygote_sandbox.py` in the warm folder, where each rollout's scratch directory is made
+too; it gives itself a PID namespace of its own, and each child gives itself fresh namespaces before the
+agent's code runs (`zygote_sandbox.py`), reaching the gateway through its relay directory, which Tether
+sends it as a descriptor (the zygote never sees one).
 
 A zygote that dies never makes an agent run twice: the forked child tells Tether its pid itself, in its
 own process group already, before it runs any of the agent's code. A fork that got no pid ran nothing
@@ -29,6 +38,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import collections
 import contextlib
 import functools
 import json
@@ -38,6 +48,7 @@ import re
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
@@ -53,6 +64,10 @@ CONFINEMENT_SCRIPT = Path(__file__).with_name("zygote_sandbox.py")
 READY_TIMEOUT_S = 120.0  # the imports of a large framework, on a busy machine
 RESTARTS = 1  # a zygote that dies is started again once; after that, cold starts
 PYTHON_NAME = re.compile(r"python(\d+(\.\d+)?)?$")
+MAX_LEARNED = 20000  # module names a first run may report
+MAX_LEARNED_BYTES = 4 * 1024 * 1024
+CREDENTIALS = struct.calcsize("3i")  # struct ucred: pid, uid, gid
+CREDENTIALS_SPACE = socket.CMSG_SPACE(CREDENTIALS)
 
 log = logging.getLogger(__name__)
 
@@ -170,6 +185,14 @@ class Zygote:
                 self.stop()
                 return str(answer.get("unsafe", answer))
             self.loaded = list(answer["ready"])
+            refused = [str(name) for name in answer.get("refused") or []]
+            if refused:
+                log.info(
+                    "warm interpreter for %s does not preload %s: outside the standard library and "
+                    "site-packages (the agent imports them itself, as cold)",
+                    self.key,
+                    ", ".join(refused),
+                )
             return None
 
     async def _start_once(
@@ -179,6 +202,7 @@ class Zygote:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.socket_path)
         argv = [self.python, str(ZYGOTE_SCRIPT), self.socket_path, script_dir, ",".join(self.modules)]
+        argv.append(str(os.getpid()))  # the only process whose requests it takes
         if self.warm_folder is not None:
             argv[1] = os.path.join(self.warm_folder, ZYGOTE_SCRIPT.name)
             argv = [*self.wrap, *argv, self.warm_folder]
@@ -189,6 +213,7 @@ class Zygote:
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
+                cwd=self.folder if self.warm_folder is None else None,  # one --agent-user can enter
                 start_new_session=True,
                 **identity,
             )
@@ -235,7 +260,7 @@ class Zygote:
         except BaseException:  # cancelled: the child, if it started, must not run on unwatched
             _give_up(lines)
             raise
-        if "pid" not in answer:
+        if not isinstance(answer.get("pid"), int):  # none, or one the kernel did not vouch for
             connection.close()
             if not answer:
                 raise ZygoteDied("the warm interpreter ended before the agent started")
@@ -262,36 +287,78 @@ class Zygote:
 def _give_up(lines: Lines) -> None:
     """Tether stops waiting for a child it asked for. With the connection shut for reading, a child that
     has not told its pid yet cannot (it exits and runs nothing); one that has is killed with its group."""
-    data = lines.buffer
-    with contextlib.suppress(OSError):
+    with contextlib.suppress(OSError, ValueError):
         lines.connection.shutdown(socket.SHUT_RD)
-        while chunk := lines.connection.recv(4096):
-            data += chunk
+        lines.read_available()
     lines.connection.close()
-    for line in data.splitlines():
-        with contextlib.suppress(ValueError, TypeError, AttributeError):
-            pid = int(json.loads(line).get("pid"))
+    for message in lines.messages:
+        if isinstance(message.get("pid"), int):
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, signal.SIGKILL)
+                os.killpg(message["pid"], signal.SIGKILL)
 
 
 class Lines:
-    """JSON lines from a zygote connection (two may arrive in one read)."""
+    """JSON lines from a zygote connection (two may arrive in one read). A child's `{"pid": N}` is
+    taken at the kernel's word (SO_PASSCRED): the pid of the process that sent it, as this process sees
+    it, which a child in a sandboxed zygote's PID namespace cannot know itself."""
 
     def __init__(self, connection: socket.socket) -> None:
         self.connection = connection
-        self.buffer = b""
+        connection.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+        self.partial = b""
+        self.messages: collections.deque[dict[str, Any]] = collections.deque()
+        self.ended = False
 
     async def next(self) -> dict[str, Any]:
         """The next message; {} when the zygote closed the connection first."""
-        loop = asyncio.get_running_loop()
-        while b"\n" not in self.buffer:
-            chunk = await loop.sock_recv(self.connection, 4096)
-            if not chunk:
-                return {}
-            self.buffer += chunk
-        line, self.buffer = self.buffer.split(b"\n", 1)
-        return dict(json.loads(line))
+        while not self.messages and not self.ended:
+            await _readable(self.connection)
+            self.read_available()
+        return self.messages.popleft() if self.messages else {}
+
+    def read_available(self) -> None:
+        """What has arrived, without waiting (the connection does not block)."""
+        while not self.ended:
+            try:
+                data, ancillary, _, _ = self.connection.recvmsg(4096, CREDENTIALS_SPACE)
+            except (BlockingIOError, InterruptedError):
+                return
+            if not data:
+                self.ended = True
+                return
+            self._take(data, _sender(ancillary))
+
+    def _take(self, data: bytes, sender: int | None) -> None:
+        """The kernel never joins two writers' data in one read: `sender` sent all of `data`."""
+        *lines, self.partial = (self.partial + data).split(b"\n")
+        for line in lines:
+            message = dict(json.loads(line))
+            if "pid" in message:
+                message["pid"] = sender
+            self.messages.append(message)
+
+
+def _sender(ancillary: list[tuple[int, int, bytes]]) -> int | None:
+    for level, kind, payload in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS and len(payload) >= CREDENTIALS:
+            pid = struct.unpack("3i", payload[:CREDENTIALS])[0]
+            return pid or None  # 0: from outside this process's PID namespace
+    return None
+
+
+async def _readable(connection: socket.socket) -> None:
+    loop = asyncio.get_running_loop()
+    ready: asyncio.Future[None] = loop.create_future()
+
+    def wake() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    loop.add_reader(connection.fileno(), wake)
+    try:
+        await ready
+    finally:
+        loop.remove_reader(connection.fileno())
 
 
 class WarmStarts:
@@ -349,11 +416,18 @@ class WarmStarts:
         if learn:
             self.learning.add(zygote.key)
         sandbox = None if confined is None else confined.settings
+        # A sandboxed child reaches the gateway through its relay directory, sent as a descriptor: the
+        # zygote sees no rollout's relay.
+        relay = [] if confined is None else [os.open(confined.relay_dir, os.O_PATH | os.O_DIRECTORY)]
         try:
-            started = await zygote.fork([python, *args], command.cwd, command.env, fds, learn, sandbox)
+            argv = [python, *args]
+            started = await zygote.fork(argv, command.cwd, command.env, [*fds, *relay], learn, sandbox)
         except ZygoteDied as exc:  # this agent starts cold; a dead zygote is restarted by the next one
             log.warning("%s", exc)
             return None
+        finally:
+            for fd in relay:
+                os.close(fd)
         self.forked += 1
         return started
 
@@ -400,15 +474,18 @@ class WarmStarts:
         return f"{python} (sandbox {number})"
 
     def _folder(self, identity: Mapping[str, Any], parent: str | None = None) -> str:
-        """A folder for one zygote's socket, the agent user's when there is one."""
+        """A folder for one zygote's socket, the agent user's when there is one (Tether's folder above it
+        then lets that user pass, not list; a sandbox's warm folder is that user's already)."""
         folder = tempfile.mkdtemp(dir=parent or self.folder)
         if identity:
+            if parent is None:
+                os.chmod(self.folder, 0o711)
             shutil.chown(folder, user=identity["user"], group=identity["group"])
         return folder
 
     def sandbox_folder(self, identity: Mapping[str, Any]) -> str:
         """The warm folder of sandboxed agents: the zygote's scripts, each zygote's socket, and each
-        rollout's scratch and relay directories, which only the zygotes' sandboxes see whole."""
+        rollout's scratch directory, which only the zygotes' sandboxes see whole."""
         if self.warm_folder is None:
             folder = tempfile.mkdtemp(prefix="tether-sandbox-warm-")
             for script in (ZYGOTE_SCRIPT, CONFINEMENT_SCRIPT):
@@ -421,7 +498,7 @@ class WarmStarts:
     def _go_cold(self, python: str, reason: str) -> None:
         if python not in self.cold:
             self.cold[python] = reason
-            log.warning("--agent-warm: %s starts cold: %s", python, reason)
+            log.warning("warm start: %s starts cold: %s", python, reason)
 
     async def finished(self, started: Started) -> None:
         """After the agent `started` ended. The zygote's first child told what it imported by its end (the
@@ -458,15 +535,22 @@ class WarmStarts:
 
 def _learned_modules(path: str) -> list[str]:
     """What the first child wrote (the agent's own process could have written anything): module names,
-    never a program's `__main__`, which would run at import."""
+    never a program's `__main__`, which would run at import. The successor zygote imports only those
+    of the standard library and site-packages among them (`zygote.preload`)."""
     try:
-        names = json.loads(Path(path).read_text(encoding="utf-8"))
+        with open(path, encoding="utf-8") as source:
+            names = json.loads(source.read(MAX_LEARNED_BYTES))
     except (OSError, ValueError):
         return []
     if not isinstance(names, list):
         return []
-    names = [name for name in names if isinstance(name, str) and "__main__" not in name.split(".")]
+    names = [name for name in names[:MAX_LEARNED] if isinstance(name, str) and _module_name(name)]
     return _without_tether(names)
+
+
+def _module_name(name: str) -> bool:
+    parts = name.split(".")
+    return all(part.isidentifier() for part in parts) and "__main__" not in parts
 
 
 def _learned(args: list[str]) -> list[str]:

@@ -1,16 +1,19 @@
-"""A warm child that confines itself as `--sandbox bwrap` confines a cold agent (`--agent-warm` with
-`--sandbox bwrap`). Standard library only: `zygote.py` loads it from its own folder, in the agent's
-interpreter, and keeps it out of `sys.modules`.
+"""A warm child that confines itself as `--sandbox bwrap` confines a cold agent (a warm start, the
+default, with `--sandbox bwrap`). Standard library only: `zygote.py` loads it from its own folder, in
+the agent's interpreter, and keeps it out of `sys.modules`.
 
 The zygote runs in a bubblewrap sandbox of its own (`BwrapSandbox.zygote_wrap`) that holds only what
 every rollout of the command shares: the read-only system with the same paths hidden and /tmp, /var/tmp
-and /run emptied, plus the warm folder, where Tether makes each rollout's scratch and relay directories.
-`confine` runs in the forked child before any of the agent's code, and gives it what bwrap gives a cold
-agent, none of it shared with the zygote or a sibling:
+and /run emptied, plus the warm folder, where Tether makes each rollout's scratch directory (its relay
+directory, with the gateway's socket, is outside: the child gets it as a descriptor with its request,
+which only the relay keeps). The zygote first gives itself a PID namespace and /proc of its own
+(`isolate`), so that it sees none of the host's processes. `confine` runs in the forked child before any
+of the agent's code, and gives it what bwrap gives a cold agent, none of it shared with the zygote or a
+sibling:
 
     child (C1): new user, mount, network, IPC, UTS, PID (and cgroup) namespaces; the warm folder covered
-        but for its own scratch (read-write) and relay directory (read-only); its own /dev/shm and
-        /dev/pts; its loopback up. It waits for C2 and exits with its status.
+        but for its own scratch (read-write); its own /dev/shm and /dev/pts; its loopback up. It waits
+        for C2 and exits with its status.
     init (C2, PID 1): its own /proc (/proc/sys and the like read-only); user namespaces disabled (the
         limit of one, used by a last user namespace mapping the agent's own ids, as bwrap does); no
         capabilities, no new privileges; the relay's loopback port. It forks the agent, relays, reaps
@@ -56,9 +59,11 @@ class SetupError(OSError):
     """A step of the confinement failed; the child exits before any of the agent's code runs."""
 
 
-def confine(settings: dict[str, Any], relay: ModuleType) -> None:
+def confine(settings: dict[str, Any], relay: ModuleType, relay_dir: int | None) -> None:
     """In the forked child: returns in the agent's own process only, once it is confined; the child
-    and the sandbox's init exit here with the agent's status."""
+    and the sandbox's init exit here with the agent's status. `relay_dir` (a descriptor Tether sent with
+    the request) holds the gateway's socket: the relay reaches it through the descriptor, which the
+    agent does not keep."""
     zygote_uid, zygote_gid = os.getuid(), os.getgid()
     _die_with_parent()
     _unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWPID)
@@ -66,19 +71,25 @@ def confine(settings: dict[str, Any], relay: ModuleType) -> None:
     _map_ids(0, zygote_uid, 0, zygote_gid)  # root here, so that devpts can be mounted
     socket.sethostname(HOSTNAME)
     _loopback_up()
-    _mount_own_files(settings["folder"], settings["scratch"], settings["relay_dir"])
+    _mount_own_files(settings["folder"], settings["scratch"])
     _exit_after(os.fork())  # C1 waits; C2 goes on, as PID 1 of the new PID namespace
     _die_with_parent()
     os.setsid()  # as bwrap's --new-session
     _mount("proc", "/proc", "proc", MS_NOSUID | MS_NOEXEC | MS_NODEV)
     _disable_user_namespaces(settings["uid"], settings["gid"])
     options = relay.parse(settings["relay"])
+    if options.socket:
+        if relay_dir is None:
+            raise SetupError("no relay directory came with the request")
+        options.socket = f"/proc/self/fd/{relay_dir}/{os.path.basename(options.socket)}"
     server = relay.bind(options.port) if options.socket else None
     _drop_capabilities()
     agent = os.fork()
     if agent == 0:
         if server is not None:
             server.close()
+        if relay_dir is not None:
+            os.close(relay_dir)
         relay.set_limits(options)
         return
     if server is not None:
@@ -86,10 +97,23 @@ def confine(settings: dict[str, Any], relay: ModuleType) -> None:
     os._exit(_reap_until(agent, relay))
 
 
+def isolate() -> None:
+    """The zygote's own PID namespace and /proc, before it imports anything: it sees its children only,
+    none of the host's processes (nor Tether). Returns in the namespace's PID 1; the process it started
+    from waits for it and exits as it does. Its /proc, whole, lets each child mount its own."""
+    uid, gid = os.getuid(), os.getgid()
+    _unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID)
+    _map_ids(uid, uid, gid, gid)
+    _exit_after(os.fork())
+    _die_with_parent()
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NOEXEC | MS_NODEV)
+
+
 def trial(folder: str, relay: ModuleType) -> str | None:
     """At the zygote's start, a child confined as an agent would be, which then exits: None when it
     was, else why not (its agents then start cold, rather than each fail)."""
-    own = [os.path.join(folder, f".trial-{os.getpid()}-{name}") for name in ("scratch", "relay")]
+    own = [os.path.join(folder, f".trial-{os.getpid()}-scratch")]
     for path in own:
         os.mkdir(path, 0o700)
     read, write = os.pipe()
@@ -97,9 +121,9 @@ def trial(folder: str, relay: ModuleType) -> str | None:
     if pid == 0:
         os.close(read)
         os.dup2(write, 2)
-        settings = {"folder": folder, "scratch": own[0], "relay_dir": own[1], "relay": ["--"]}
+        settings = {"folder": folder, "scratch": own[0], "relay": ["--"]}
         try:
-            confine({**settings, "uid": os.getuid(), "gid": os.getgid()}, relay)
+            confine({**settings, "uid": os.getuid(), "gid": os.getgid()}, relay, None)
         except Exception as exc:
             fail(exc)
         os._exit(0)
@@ -117,18 +141,15 @@ def trial(folder: str, relay: ModuleType) -> str | None:
 # -- the child, C1 ------------------------------------------------------------------------------------
 
 
-def _mount_own_files(folder: str, scratch: str, relay_dir: str) -> None:
-    """The warm folder (every rollout's scratch and relay directories, the zygote's socket) covered by
-    an empty tmpfs that shows only this rollout's own two; /dev/shm and /dev/pts of its own."""
+def _mount_own_files(folder: str, scratch: str) -> None:
+    """The warm folder (every rollout's scratch directory, the zygote's socket) covered by an empty
+    tmpfs that shows only this rollout's own; /dev/shm and /dev/pts of its own."""
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
-    for path in (scratch, relay_dir):
-        if os.path.dirname(path) != folder:
-            raise SetupError(f"{path} is not in the warm folder {folder}")
-    scratch_fd, relay_fd = _open_path(scratch), _open_path(relay_dir)  # before the folder is covered
+    if os.path.dirname(scratch) != folder:
+        raise SetupError(f"{scratch} is not in the warm folder {folder}")
+    scratch_fd = _open_path(scratch)  # before the folder is covered
     _mount("tmpfs", folder, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755")
     _bind(scratch_fd, scratch)
-    _bind(relay_fd, relay_dir)
-    _remount_read_only(relay_dir)
     _remount_read_only(folder)
     _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, SHM_OPTIONS)
     _mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=620")

@@ -1,0 +1,38 @@
+"""Fixtures of the runner tests: an interpreter with modules installed in its own site-packages, the
+only place (with the standard library) a warm interpreter preloads modules from."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+Installer = Callable[[dict[str, str]], str]
+
+
+@pytest.fixture
+def installed_python(tmp_path: Path) -> Installer:
+    """A factory: a fresh virtual environment of this Python with the given files (relative path ->
+    source) in its site-packages; the path of its interpreter."""
+
+    def install(files: dict[str, str]) -> str:
+        venv = tmp_path / "site-venv"
+        if not venv.exists():
+            subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+        python = str(venv / "bin" / "python")
+        purelib = subprocess.run(
+            [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        for name, source in files.items():
+            target = Path(purelib) / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(source)
+        return python
+
+    return install
