@@ -201,7 +201,8 @@ def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
 
 
 class TokenScorer(torch.nn.Module):
-    """The logits [B, K, V] (fp32) that predict the last K tokens of each row: decoder, then head.
+    """The logits [B, K, V] (fp32) that predict the last K tokens of each row, or with `valid` [B, K] only
+    those [N, V] of its N true entries (the head skips the padding): decoder, then head.
 
     One module, so that a sharded learner (`tether.trainer.sharding`) can gather the embedding, final norm
     and head (tied in small models) around a single forward.
@@ -219,6 +220,7 @@ class TokenScorer(torch.nn.Module):
         position_ids: torch.Tensor,
         k: int,
         gather: torch.Tensor | None = None,
+        valid: torch.Tensor | None = None,
     ) -> torch.Tensor:
         with torch.autocast(input_ids.device.type, dtype=torch.bfloat16, enabled=self.bf16):
             hidden = self.causal_lm.get_decoder()(
@@ -231,6 +233,8 @@ class TokenScorer(torch.nn.Module):
             hidden = hidden.reshape(-1, hidden.shape[-1])[gather]
         else:  # padded rows: column j predicts token j + 1, so the K columns before the last
             hidden = hidden[:, -k - 1 : -1]
+        if valid is not None:
+            hidden = hidden[valid]
         # The head runs in fp32: bf16 keeps 8 mantissa bits, so a logit near 20 would move by up to 0.06.
         logits: torch.Tensor = self.causal_lm.get_output_embeddings()(hidden.float())
         return logits
@@ -305,24 +309,29 @@ class PolicyTrainer:
     def _token_logprobs(
         self, mb: MicroBatch, entropy: bool = False, scorer: TokenScorer | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Logprobs [B, K] of the response tokens (and entropies) under `scorer` (default: the policy)."""
+        """Logprobs [B, K] of the response tokens (and entropies) under `scorer` (default: the policy);
+        0 where a row has no response token."""
+        valid = mb.valid.to(self.device)
         logits = (scorer or self.scorer)(
             mb.input_ids.to(self.device),
             mb.attention_mask.to(self.device),
             mb.position_ids.to(self.device),
             mb.targets.shape[1],
             mb.gather.to(self.device) if mb.gather is not None else None,
+            valid,
         )
-        targets = mb.targets.to(self.device)
+        targets = mb.targets.to(self.device)[valid]
+        ent = None
         if not any(sampler.processed for sampler in mb.samplers):
             lse = torch.logsumexp(logits, dim=-1)
-            logp = logits.gather(-1, targets[..., None]).squeeze(-1) - lse
-            ent = None
+            logp = logits.gather(-1, targets[:, None]).squeeze(-1) - lse
             if entropy:
                 with torch.no_grad():
                     ent = lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)
-            return logp, ent
-        return _processed_token_logprobs(logits, targets, mb.samplers, entropy)
+        else:
+            rows = valid.nonzero()[:, 0]
+            logp, ent = _processed_token_logprobs(logits, targets, rows, mb.samplers, entropy)
+        return _unflatten(logp, valid), _unflatten(ent, valid) if ent is not None else None
 
     def _reference_logprobs(self, mb: MicroBatch) -> torch.Tensor:
         with torch.no_grad():
@@ -685,25 +694,34 @@ class PolicyTrainer:
 
 
 def _processed_token_logprobs(
-    logits: torch.Tensor, targets: torch.Tensor, samplers: Sequence[Sampler], entropy: bool
+    logits: torch.Tensor,
+    targets: torch.Tensor,
+    rows: torch.Tensor,
+    samplers: Sequence[Sampler],
+    entropy: bool,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Logprobs [B, K] of `targets` under each row's sampling distribution (rows grouped by sampler), and
-    that distribution's entropies."""
+    """Logprobs [N] of `targets` under the sampling distribution of each token's row (`rows`; tokens
+    grouped by sampler), and that distribution's entropies."""
     logp = torch.empty(targets.shape, dtype=logits.dtype, device=logits.device)
     ent = torch.empty(targets.shape, dtype=logits.dtype, device=logits.device) if entropy else None
     by_sampler: dict[Sampler, list[int]] = {}
     for row, sampler in enumerate(samplers):
         by_sampler.setdefault(sampler, []).append(row)
-    for sampler, rows in by_sampler.items():
-        index = torch.tensor(rows, device=logits.device)
+    for sampler, members in by_sampler.items():
+        index = torch.isin(rows, torch.tensor(members, device=rows.device)).nonzero().squeeze(1)
         chosen = targets[index]
         logprobs = processed_logprobs(logits[index], sampler, always_keep=chosen)
-        logp = logp.index_put((index,), logprobs.gather(-1, chosen[..., None]).squeeze(-1))
+        logp = logp.index_put((index,), logprobs.gather(-1, chosen[:, None]).squeeze(-1))
         if ent is not None:
             with torch.no_grad():
                 probs = logprobs.exp()
                 ent[index] = -torch.special.xlogy(probs, probs).sum(-1)
     return logp, ent
+
+
+def _unflatten(values: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """Per-token `values` [N] back in the [B, K] layout of `valid`, 0 elsewhere."""
+    return torch.zeros(valid.shape, dtype=values.dtype, device=values.device).masked_scatter(valid, values)
 
 
 def _coefficients(
