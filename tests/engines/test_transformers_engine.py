@@ -64,7 +64,13 @@ async def test_greedy_matches_forward_and_decodes(engine: TransformersEngine, re
     assert engine.decode(generation.token_ids) == generation.text
     assert_close(generation.logprobs, reference_logprobs(reference_model, prompt, generation.token_ids))
     again, _ = await engine.generate(prompt, SamplingParams(max_tokens=40, temperature=0))
-    assert again == generation
+    # The second prefill starts from the first's cached keys and values: the same up to float noise.
+    assert (again.token_ids, again.text, again.finish_reason) == (
+        generation.token_ids,
+        generation.text,
+        generation.finish_reason,
+    )
+    assert_close(again.logprobs, generation.logprobs)
 
 
 async def test_sampled_logprobs_are_policy_logprobs(engine: TransformersEngine, reference_model) -> None:

@@ -6,20 +6,8 @@ with a KV cache. Requests that arrive while a batch runs are prefilled separatel
 the running batch between steps (when the cache layout allows it; otherwise they wait for the
 batch to drain). Tokens go back to each caller's loop with `call_soon_threadsafe`.
 
-Admission is fair across owners (the gateway passes the rollout id), so that one rollout's long
-requests cannot hold another's up for longer than one scheduling step:
-
-- Each owner's requests wait in a FIFO queue of their own and are admitted in the order they arrived.
-- A free slot (the batch holds fewer than `max_batch_size` rows) goes to the waiting owner with the
-  fewest running rows; ties go to the owner whose oldest waiting request arrived first.
-- An owner with nothing running is admitted at the next step even when every slot is taken, as long
-  as fewer than `max_batch_size` owners share the batch: every owner is entitled to one row beyond the
-  slots (so the batch holds at most `2 * max_batch_size - 1` rows). Only when the batch already has
-  `max_batch_size` owners does a newcomer wait for a row to finish; it then goes first.
-
-Requests without an owner share one queue, so a caller that never names one gets FIFO order. Running
-rows are never preempted; a model whose cache cannot be merged into a running batch still waits for
-that batch to drain, and the fair order applies when the next batch starts.
+Admission is fair across owners (the rollout id), as `tether.engines.admission` says: running rows
+are never preempted, and a model whose cache cannot be merged into a running batch waits for it to drain.
 
 Adapter swaps take the model lock, which the worker holds from the first prefill of a batch until
 its last row finishes, and no new rows are admitted while a swap waits: every generation is
@@ -30,19 +18,25 @@ policy=NAME)`), with its own version counter, and a request names the policy it 
 default one when it names none; the base model, `BASE_POLICY`, when that policy has no adapter yet).
 One batch holds rows of any policies: when they differ, every forward pass tags each row with its
 adapter (PEFT's mixed-adapter batches), so the base weights run once for all of them.
+
+A prompt is computed once: rows admitted together with the same policy and prompt (a group's samples)
+are prefilled as one row, then copied; and every prompt, and every finished row's prompt and generated
+tokens, is kept in a `PrefixCache` (`prefix_cache_mb`), so a later prompt that extends one (a group's
+late samples, a conversation's next turn, a shared system prompt) prefills only its new tokens. The
+batch then starts with each row's cached prefix right-aligned in a past region as wide as the longest,
+and its new tokens after it, at positions that continue the prefix's (`tether.engines.batch`).
+`prefill_stats` counts the prompt tokens requested, prefilled, taken from the cache and shared.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import queue
 import threading
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -51,14 +45,20 @@ from .openmp import prefer_passive_waiting
 prefer_passive_waiting()
 
 import torch
-import torch.nn.functional as F
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 from tether.models.catalog import CATALOGUE, resolve_model
 from tether.models.chat_template import ChatTemplate
 
+from .admission import Waiting as _Waiting
 from .base import DEFAULT_POLICY, GeneratedToken, Generation, GenerationDone, SamplingParams
+from .batch import Batch as _Batch
+from .batch import Request as _Request
+from .batch import Row as _Row
+from .batch import merge, prefill_layout, select_rows, trim_left
+from .loading import Fp32Head, eos_ids, pad_id, resolve_dtype
+from .prefix_cache import MISS, PrefixCache, PrefixHit, stack_prefixes
 from .row_lora import RowLoRA
 from .sampling import draw, processed_logprobs
 
@@ -66,102 +66,14 @@ log = logging.getLogger(__name__)
 
 _STOP = object()
 _REPLACEMENT = "\ufffd"
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 BASE_ADAPTER = "__base__"  # PEFT's tag for rows of a mixed batch that run without any adapter
+# The budget for prompt keys and values kept for reuse, on the model's device: about 23k tokens of
+# SmolLM2-135M in bf16, 4.7k of a 7B model with grouped-query attention (8 heads of 128, 28 layers).
+DEFAULT_PREFIX_CACHE_MB = 512.0
 
 
 class EngineClosedError(RuntimeError):
     pass
-
-
-@dataclass
-class _Request:
-    prompt_ids: list[int]
-    params: SamplingParams
-    loop: asyncio.AbstractEventLoop
-    results: asyncio.Queue[Any]
-    owner: str | None = None
-    policy: str = DEFAULT_POLICY
-    cancelled: bool = False
-    arrival: int = 0  # the worker's count of requests received before this one
-
-    def push(self, item: Any) -> None:
-        try:
-            self.loop.call_soon_threadsafe(self.results.put_nowait, item)
-        except RuntimeError:
-            self.cancelled = True
-
-
-class _Waiting:
-    """Requests not admitted yet: one FIFO queue per owner, served as the module docstring says."""
-
-    def __init__(self) -> None:
-        self._queues: dict[str | None, deque[_Request]] = {}
-        self._arrivals = itertools.count()
-
-    def __bool__(self) -> bool:
-        return bool(self._queues)
-
-    def add(self, request: _Request) -> None:
-        request.arrival = next(self._arrivals)
-        self._queues.setdefault(request.owner, deque()).append(request)
-
-    def requests(self) -> list[_Request]:
-        return [request for fifo in self._queues.values() for request in fifo]
-
-    def take(self, running: Counter[str | None], rows: int, slots: int) -> list[_Request]:
-        """Pop the requests to admit into a batch of `rows` rows, given each owner's running rows."""
-        admitted: list[_Request] = []
-        while heads := self._heads():
-            head = min(heads, key=lambda request: (running[request.owner], request.arrival))
-            newcomer = running[head.owner] == 0 and len(running) < slots
-            if rows >= slots and not newcomer:
-                break
-            self._queues[head.owner].popleft()
-            admitted.append(head)
-            running[head.owner] += 1
-            rows += 1
-        return admitted
-
-    def _heads(self) -> list[_Request]:
-        """Each owner's oldest live request; cancelled requests and empty queues are dropped."""
-        heads = []
-        for owner, fifo in list(self._queues.items()):
-            while fifo and fifo[0].cancelled:
-                fifo.popleft()
-            if fifo:
-                heads.append(fifo[0])
-            else:
-                del self._queues[owner]
-        return heads
-
-
-@dataclass
-class _Row:
-    request: _Request
-    generator: torch.Generator | None
-    policy_version: int
-    stops: list[str]
-    token_ids: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    text_ids: list[int] = field(default_factory=list)
-    text: str = ""
-    emitted: str = ""
-    finish_reason: str | None = None
-
-    @property
-    def done(self) -> bool:
-        return self.finish_reason is not None or self.request.cancelled
-
-
-@dataclass
-class _Batch:
-    rows: list[_Row]
-    cache: Any
-    mask: torch.Tensor
-    positions: torch.Tensor
-    last_tokens: torch.Tensor
-    reshapeable: bool
 
 
 class TransformersEngine:
@@ -176,6 +88,7 @@ class TransformersEngine:
         name: str | None = None,
         threads: int | None = None,
         cache_dir: Path | None = None,
+        prefix_cache_mb: float | None = None,  # None: DEFAULT_PREFIX_CACHE_MB; 0: no prefix cache
     ) -> None:
         if threads:
             torch.set_num_threads(threads)
@@ -188,14 +101,19 @@ class TransformersEngine:
         # On a CUDA device with bf16, `auto` samples in the learner's precision (bf16 autocast over fp32
         # weights, head in fp32): all-bf16 weights moved the first update's mean ratio to 0.986 on an H200.
         self.autocast = dtype == "auto" and self.device.type == "cuda" and torch.cuda.is_bf16_supported()
-        self.model = self._load_model(self.path, _resolve_dtype(dtype))
+        self.model = self._load_model(self.path, resolve_dtype(dtype))
         if self.autocast:
-            self.model.set_output_embeddings(_Fp32Head(self.model.get_output_embeddings()))
+            self.model.set_output_embeddings(Fp32Head(self.model.get_output_embeddings()))
         self.config = self.model.config
         self.max_context = int(getattr(self.config, "max_position_embeddings", 0) or 2**31 - 1)
         self.vocab_size = int(self.model.get_input_embeddings().num_embeddings)
-        self.eos_token_ids = _eos_ids(self.tokenizer, self.model)
-        self.pad_token_id = _pad_id(self.tokenizer, self.eos_token_ids)
+        self.eos_token_ids = eos_ids(self.tokenizer, self.model)
+        self.pad_token_id = pad_id(self.tokenizer, self.eos_token_ids)
+        # Prefixes are pasted into a fresh cache: only plain full-attention layers can take them.
+        self._plain = all(type(layer) is DynamicLayer for layer in DynamicCache(config=self.config).layers)
+        budget = DEFAULT_PREFIX_CACHE_MB if prefix_cache_mb is None else prefix_cache_mb
+        self._prefixes = PrefixCache(budget if self._plain else 0)
+        self._prompt_counts: Counter[str] = Counter()
         self._adapters: dict[str, str] = {}  # policy -> the PEFT name of its loaded adapter
         self._row_lora: RowLoRA | None = None  # several adapters in one batch, each row its own
         self._model_lock = threading.Lock()
@@ -315,11 +233,19 @@ class TransformersEngine:
             try:
                 with self._model_lock:
                     version = self.version_of(policy) + 1 if policy_version is None else policy_version
+                    self._prefixes.drop(policy)
                     self._swap_adapter(str(adapter_path), policy, version)
                     self.versions[policy] = version
                     return version
             finally:
                 self._swap_requested.clear()
+
+    def prefill_stats(self) -> dict[str, int]:
+        """Prompt tokens requested, prefilled, taken from the prefix cache and shared with an identical
+        prompt admitted alongside (requested = the other three), and what the prefix cache holds."""
+        counts = {key: self._prompt_counts[key] for key in ("prompt", "prefilled", "cached", "shared")}
+        stats = {f"{key}_tokens": value for key, value in counts.items()}
+        return stats | {"prefix_entries": len(self._prefixes), "prefix_bytes": self._prefixes.nbytes}
 
     async def aload_adapter(
         self, adapter_path: str, policy_version: int | None = None, policy: str = DEFAULT_POLICY
@@ -454,7 +380,7 @@ class TransformersEngine:
         if batch is None:
             return fresh
         try:
-            return _merge(batch, fresh)
+            return merge(batch, fresh)
         except Exception as exc:
             self._fail(admitted, exc)
             raise
@@ -472,29 +398,74 @@ class TransformersEngine:
         return _Row(request, generator, self.version_of(request.policy), stops)
 
     def _prefill(self, rows: list[_Row]) -> _Batch:
-        prompts = [row.request.prompt_ids for row in rows]
-        width = max(len(p) for p in prompts)
-        ids = torch.full((len(rows), width), self.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
-        for i, prompt in enumerate(prompts):
-            ids[i, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
-            mask[i, width - len(prompt) :] = 1
-        ids, mask = ids.to(self.device), mask.to(self.device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        cache = DynamicCache(config=self.config)
+        """Prefill each distinct prompt once, from its longest cached prefix; then give each row its
+        prompt's cache row and logits (and its own draw)."""
+        firsts, source = _distinct(rows) if self._plain else (rows, list(range(len(rows))))
+        hits = [self._lookup(row) for row in firsts]
+        prompts = [row.request.prompt_ids for row in firsts]
+        ids, mask, positions = prefill_layout(prompts, [hit.length for hit in hits], self.pad_token_id)
+        ids, mask, positions = ids.to(self.device), mask.to(self.device), positions.to(self.device)
         out = self._forward(
-            [row.request.policy for row in rows],
+            [row.request.policy for row in firsts],
             input_ids=ids,
             attention_mask=mask,
             position_ids=positions,
-            past_key_values=cache,
+            past_key_values=self._past(hits, mask.shape[1] - ids.shape[1]),
             use_cache=True,
             logits_to_keep=1,
         )
         cache = out.past_key_values
         reshapeable = all(type(layer) is DynamicLayer for layer in getattr(cache, "layers", [None]))
-        tokens = self._sample_and_emit(rows, out.logits[:, -1, :])
-        return _Batch(rows, cache, mask, mask.sum(-1), tokens, reshapeable)
+        lengths = mask.sum(-1)  # each row's next position; its last tokens are sampled below
+        batch = _Batch(firsts, cache, mask, lengths, lengths, reshapeable)
+        self._count(rows, firsts, hits)
+        for i, row in enumerate(firsts):
+            self._keep(batch, i, row.request.prompt_ids)
+        logits = out.logits[:, -1, :]
+        if len(firsts) < len(rows):
+            select_rows(batch, source)
+            logits = logits[torch.tensor(source, dtype=torch.long, device=self.device)]
+        batch.rows = rows
+        batch.last_tokens = self._sample_and_emit(rows, logits)
+        return batch
+
+    def _past(self, hits: list[PrefixHit], width: int) -> DynamicCache:
+        """A cache holding each row's cached prefix, right-aligned in `width` columns."""
+        cache = DynamicCache(config=self.config)
+        if width:
+            for layer, (keys, values) in enumerate(stack_prefixes(hits, width)):
+                cache.update(keys, values, layer)
+        return cache
+
+    def _lookup(self, row: _Row) -> PrefixHit:
+        """The longest cached prefix of the row's prompt, short of its last token (whose logits the
+        prefill must compute)."""
+        prompt = row.request.prompt_ids
+        if not self._prefixes.enabled:
+            return MISS
+        return self._prefixes.lookup(row.request.policy, row.policy_version, prompt, len(prompt) - 1)
+
+    def _keep(self, batch: _Batch, index: int, tokens: list[int]) -> None:
+        """Offer the prefix cache the keys and values of batch row `index`, whose columns hold `tokens`
+        (and, past a finished row's last fed token, nothing it keeps)."""
+        row = batch.rows[index]
+        current = row.policy_version == self.version_of(row.request.policy)
+        if not (self._prefixes.enabled and batch.reshapeable and current):
+            return
+        columns = batch.mask[index].nonzero().squeeze(-1)
+        tokens = tokens[: len(columns)]
+        layers = batch.cache.layers
+        self._prefixes.store(
+            row.request.policy, row.policy_version, tokens, layers, index, columns[: len(tokens)]
+        )
+
+    def _count(self, rows: list[_Row], firsts: list[_Row], hits: list[PrefixHit]) -> None:
+        requested = sum(len(row.request.prompt_ids) for row in rows)
+        distinct = sum(len(row.request.prompt_ids) for row in firsts)
+        cached = sum(hit.length for hit in hits)
+        self._prompt_counts.update(
+            prompt=requested, prefilled=distinct - cached, cached=cached, shared=requested - distinct
+        )
 
     def _decode_step(self, batch: _Batch) -> None:
         ones = torch.ones((len(batch.rows), 1), dtype=batch.mask.dtype, device=self.device)
@@ -562,19 +533,16 @@ class TransformersEngine:
         return delta
 
     def _prune(self, batch: _Batch) -> _Batch | None:
+        for i, row in enumerate(batch.rows):
+            if row.done:  # removed below, unless the batch cannot drop rows (then `_keep` ignores it)
+                self._keep(batch, i, row.request.prompt_ids + row.token_ids)
         keep = [i for i, row in enumerate(batch.rows) if not row.done]
         if not keep:
             return None
         if not batch.reshapeable or len(keep) == len(batch.rows):
             return batch
-        index = torch.tensor(keep, dtype=torch.long, device=self.device)
-        batch.rows = [batch.rows[i] for i in keep]
-        batch.mask = batch.mask[index]
-        batch.positions = batch.positions[index]
-        batch.last_tokens = batch.last_tokens[index]
-        for layer in batch.cache.layers:
-            layer.keys, layer.values = layer.keys[index], layer.values[index]
-        _trim_left(batch)
+        select_rows(batch, keep)
+        trim_left(batch)
         return batch
 
     def _fail(self, requests: list[_Request], exc: BaseException) -> None:
@@ -584,34 +552,18 @@ class TransformersEngine:
             request.cancelled = True
 
 
-def _merge(running: _Batch, fresh: _Batch) -> _Batch:
-    width = max(running.mask.shape[1], fresh.mask.shape[1])
-    for old, new in zip(running.cache.layers, fresh.cache.layers, strict=True):
-        old.keys = torch.cat([_pad_seq(old.keys, width), _pad_seq(new.keys, width)])
-        old.values = torch.cat([_pad_seq(old.values, width), _pad_seq(new.values, width)])
-    running.mask = torch.cat([_pad_mask(running.mask, width), _pad_mask(fresh.mask, width)])
-    running.positions = torch.cat([running.positions, fresh.positions])
-    running.last_tokens = torch.cat([running.last_tokens, fresh.last_tokens])
-    running.rows = running.rows + fresh.rows
-    return running
-
-
-def _pad_seq(states: torch.Tensor, width: int) -> torch.Tensor:
-    return F.pad(states, (0, 0, width - states.shape[-2], 0))
-
-
-def _pad_mask(mask: torch.Tensor, width: int) -> torch.Tensor:
-    return F.pad(mask, (width - mask.shape[1], 0))
-
-
-def _trim_left(batch: _Batch) -> None:
-    used = batch.mask.any(dim=0).nonzero()
-    start = int(used[0]) if used.numel() else 0
-    if start == 0:
-        return
-    batch.mask = batch.mask[:, start:]
-    for layer in batch.cache.layers:
-        layer.keys, layer.values = layer.keys[..., start:, :], layer.values[..., start:, :]
+def _distinct(rows: list[_Row]) -> tuple[list[_Row], list[int]]:
+    """The first row of each distinct (policy, prompt), and for every row the index of its one there."""
+    firsts: list[_Row] = []
+    seen: dict[tuple[str, tuple[int, ...]], int] = {}
+    source = []
+    for row in rows:
+        key = (row.request.policy, tuple(row.request.prompt_ids))
+        if key not in seen:
+            seen[key] = len(firsts)
+            firsts.append(row)
+        source.append(seen[key])
+    return firsts, source
 
 
 def _find_stop(text: str, stops: list[str]) -> int | None:
@@ -628,45 +580,3 @@ def _holdback(text: str, stops: list[str]) -> int:
                 held = k
                 break
     return held
-
-
-def _eos_ids(tokenizer: Any, model: Any) -> frozenset[int]:
-    ids: set[int] = set()
-    if tokenizer.eos_token_id is not None:
-        ids.add(int(tokenizer.eos_token_id))
-    configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    if isinstance(configured, int):
-        ids.add(configured)
-    elif configured:
-        ids.update(int(t) for t in configured)
-    return frozenset(ids)
-
-
-def _pad_id(tokenizer: Any, eos_ids: frozenset[int]) -> int:
-    if tokenizer.pad_token_id is not None:
-        return int(tokenizer.pad_token_id)
-    return min(eos_ids) if eos_ids else 0
-
-
-class _Fp32Head(torch.nn.Module):
-    """The output head in fp32 under autocast, as the learner's: bf16 keeps 8 mantissa bits, so a logit
-    near 20 would move by up to 0.06."""
-
-    def __init__(self, head: torch.nn.Module) -> None:
-        super().__init__()
-        self.head = head
-        self.weight = head.weight  # tied to the input embeddings in small models; transformers looks here
-
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        with torch.autocast(hidden.device.type, enabled=False):
-            out: torch.Tensor = self.head(hidden.float())
-            return out
-
-
-def _resolve_dtype(dtype: str) -> torch.dtype:
-    """The weights' dtype: `auto` keeps them in fp32 (on a bf16 CUDA device the engine adds autocast)."""
-    if dtype == "auto":
-        return torch.float32
-    if dtype not in _DTYPES:
-        raise ValueError(f"unknown dtype {dtype!r}: expected auto or one of {', '.join(_DTYPES)}")
-    return _DTYPES[dtype]

@@ -12,6 +12,7 @@ class BuiltinOptions:
     max_batch_size: int = 8
     threads: int | None = None  # torch threads (None: torch's default)
     adapter: Path | None = None  # a LoRA adapter folder to serve (`tether serve --adapter`)
+    prefix_cache_mb: float | None = None  # prompt keys and values kept for reuse (None: the engine's default)
 
 
 def add_args(parser: argparse.ArgumentParser) -> None:
@@ -23,11 +24,20 @@ def add_args(parser: argparse.ArgumentParser) -> None:
         help="built-in engine: requests per batch (a rollout with nothing running may still join a full "
         "batch, so that no rollout waits behind another's long generations)",
     )
+    group.add_argument(
+        "--prefix-cache-mb",
+        type=float,
+        default=None,
+        help="built-in engine: MiB of the model device's memory for the keys and values of prompts and "
+        "responses, so that a group's samples and a conversation's next turn prefill only their new "
+        "tokens (default 512; 0 disables it)",
+    )
 
 
 def options_from_args(args: argparse.Namespace) -> BuiltinOptions:
     adapter = getattr(args, "adapter", None)
     return BuiltinOptions(
         max_batch_size=getattr(args, "max_batch_size", 8),
+        prefix_cache_mb=getattr(args, "prefix_cache_mb", None),
         adapter=None if adapter is None else Path(adapter),
     )

@@ -28,7 +28,10 @@ class BuiltinPolicyServer:
             ) from exc
         try:
             self.engine = TransformersEngine(
-                model, max_batch_size=options.max_batch_size, threads=options.threads
+                model,
+                max_batch_size=options.max_batch_size,
+                threads=options.threads,
+                prefix_cache_mb=options.prefix_cache_mb,
             )
         except (ValueError, FileNotFoundError, RuntimeError) as exc:
             raise PolicyServerError(f"cannot load model {model!r}: {exc}") from exc
@@ -53,6 +56,10 @@ class BuiltinPolicyServer:
     @property
     def policy_version(self) -> int:
         return self.engine.policy_version
+
+    def prefill_stats(self) -> dict[str, int]:
+        """The engine's prompt tokens requested, prefilled and reused (`TransformersEngine.prefill_stats`)."""
+        return self.engine.prefill_stats()
 
     def upstream(self) -> Upstream:
         return self._upstream
