@@ -23,6 +23,7 @@ from tether.cli.reward_args import reward_setting, rewards_from_args
 from tether.cli.rollout_cmd import AGENT_REWARDS, add_runner_args, load_inputs, warn_if_the_agent_user_reads
 from tether.cli.secrets import TEACHER_KEY, add_secret_arg, secret_value
 from tether.contracts import ALGORITHMS, POLICY_UPSTREAM
+from tether.policy_server.builtin import options as builtin_kind
 from tether.policy_server.vllm import options as vllm_kind
 from tether.project import Project
 from tether.rewards.rank import GroupScorer
@@ -55,6 +56,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     add_runner_args(parser)
     add_runner_kind_args(parser)
+    builtin_kind.add_args(parser)
     vllm_kind.add_args(parser)
     parser.add_argument("--val-tasks", metavar="FILE", help="held-out tasks scored before, during and after")
     parser.add_argument(
