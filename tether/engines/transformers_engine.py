@@ -84,7 +84,7 @@ class TransformersEngine:
         model: str,
         device: str | None = None,
         dtype: str = "auto",
-        max_batch_size: int = 8,
+        max_batch_size: int = 32,
         name: str | None = None,
         threads: int | None = None,
         cache_dir: Path | None = None,
