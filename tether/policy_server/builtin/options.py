@@ -6,7 +6,6 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
-
 # Rows decoded together. A decode step streams the weights once whatever its rows, so on 2 CPU cores 24
 # concurrent calls of SmolLM2-135M made 1.8x the tokens/s at 24 rows as at 8 (bench/step_speed.py).
 DEFAULT_MAX_BATCH_SIZE = 32
