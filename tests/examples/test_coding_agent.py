@@ -296,7 +296,9 @@ def sandboxed(project: Path, workspace: Path, generated: Generated, canary: str)
         normalize(seek["issue"]): seeker(project, task_file, canary),
     }
     model = Model(load("teacher").CodingTeacher(generated.train), hostile)
-    rollouts = rollout(project, model, tasks, "sandboxed", "--sandbox", "bwrap")
+    # Cold: the seeker reads its agent's environment from /proc/$PPID/environ, which for a warm child is
+    # the warm interpreter's start-up environment, not the one the child runs with.
+    rollouts = rollout(project, model, tasks, "sandboxed", "--sandbox", "bwrap", "--agent-cold")
     return Run(model, rollouts, processes_with(MARKER), escape_file(workspace).exists())
 
 
