@@ -1,14 +1,17 @@
-"""Fixtures of the runner tests: an interpreter with modules installed in its own site-packages, the
-only place (with the standard library) a warm interpreter preloads modules from."""
+"""Fixtures of the runner tests: warm starts closed after each test, and an interpreter with modules
+installed in its own site-packages, the only place (with the standard library) a warm interpreter
+preloads modules from."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+
+from tether.runner.warm import WarmStarts
 
 Installer = Callable[[dict[str, str]], str]
 
@@ -36,3 +39,11 @@ def installed_python(tmp_path: Path) -> Installer:
         return python
 
     return install
+
+
+@pytest.fixture
+def warm() -> Iterator[WarmStarts]:
+    """Warm starts for one test, closed after it."""
+    starts = WarmStarts()
+    yield starts
+    starts.close()

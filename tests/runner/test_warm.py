@@ -13,7 +13,7 @@ import shlex
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,13 +32,6 @@ PROBE = AGENTS / "warm_probe.py"
 PYTHON = sys.executable
 LLM_STUB = LLM(base_url="http://127.0.0.1:9/v1", api_key="tro-none")
 ENV = {"TETHER_ROLLOUT_ID": "ro-1", "PROBE_VALUE": "per-rollout"}
-
-
-@pytest.fixture
-def warm() -> Iterator[WarmStarts]:
-    starts = WarmStarts()
-    yield starts
-    starts.close()
 
 
 def run(agent: CommandAgent, env: dict[str, str] | None = None, timeout_s: float = 60) -> AgentResult:

@@ -15,7 +15,6 @@ import secrets
 import shlex
 import shutil
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,13 +31,6 @@ SYSTEM_PYTHON = "/usr/bin/python3"
 LLM_STUB = LLM(base_url="http://127.0.0.1:9/v1", api_key="tro-none")
 OWN_MODULES = {"ownpkg", "ownpkg.sub", "lazypkg", "lazypkg.mod", "writable_mod"}
 ONE_THREAD = {name: "1" for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
-
-
-@pytest.fixture
-def warm() -> Iterator[WarmStarts]:
-    starts = WarmStarts()
-    yield starts
-    starts.close()
 
 
 def run(agent: CommandAgent, env: dict[str, str] | None = None, timeout_s: float = 60) -> AgentResult:
