@@ -46,7 +46,7 @@ class RowLoRA:
         for layer in model.modules():
             if not hasattr(layer, "lora_A"):
                 continue
-            if not _plain_lora(layer, adapters):
+            if not plain_lora(layer, adapters):
                 return None
             if any(name in layer.lora_A for name in adapters):
                 stacks[layer] = _stack(layer, adapters)
@@ -81,7 +81,7 @@ class RowLoRA:
         return output + delta.reshape(output.shape).to(output.dtype)
 
 
-def _plain_lora(layer: Any, adapters: Sequence[str]) -> bool:
+def plain_lora(layer: Any, adapters: Sequence[str]) -> bool:
     if getattr(layer, "lora_embedding_A", None):
         return False
     for name in adapters:

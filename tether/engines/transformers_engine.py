@@ -51,6 +51,7 @@ from transformers.cache_utils import DynamicLayer
 from tether.models.catalog import CATALOGUE, resolve_model
 from tether.models.chat_template import ChatTemplate
 
+from .adapter_reload import reload_in_place
 from .admission import Waiting as _Waiting
 from .base import DEFAULT_POLICY, GeneratedToken, Generation, GenerationDone, SamplingParams
 from .batch import Batch as _Batch
@@ -58,6 +59,7 @@ from .batch import Request as _Request
 from .batch import Row as _Row
 from .batch import merge, prefill_layout, select_rows, trim_left
 from .loading import Fp32Head, eos_ids, pad_id, resolve_dtype
+from .merged_lora import MergedLoRA
 from .prefix_cache import MISS, PrefixCache, PrefixHit, stack_prefixes
 from .row_lora import RowLoRA
 from .sampling import draw, processed_logprobs
@@ -116,6 +118,7 @@ class TransformersEngine:
         self._prompt_counts: Counter[str] = Counter()
         self._adapters: dict[str, str] = {}  # policy -> the PEFT name of its loaded adapter
         self._row_lora: RowLoRA | None = None  # several adapters in one batch, each row its own
+        self._merged: MergedLoRA | None = None  # on the CPU: one adapter folded into the base weights
         self._model_lock = threading.Lock()
         self._swap_lock = threading.Lock()
         self._swap_requested = threading.Event()
@@ -275,15 +278,21 @@ class TransformersEngine:
         from peft import PeftModel
 
         new_name = f"{policy}-{version}-{time.monotonic_ns()}"
-        if not self._adapters:
+        if self._merged is not None:
+            self._merged.restore()
+        old = self._adapters.get(policy)
+        if old is not None and reload_in_place(self.model, old, adapter_path):
+            new_name = old
+        elif not self._adapters:
             self.model = PeftModel.from_pretrained(self.model, adapter_path, adapter_name=new_name).eval()
+            if self.device.type == "cpu":
+                self._merged = MergedLoRA(self.model)
         else:
             self.model.load_adapter(adapter_path, adapter_name=new_name, is_trainable=False)
-            old = self._adapters.get(policy)
-            if old is not None:
-                self.model.delete_adapter(old)
         self._adapters[policy] = new_name
         self.model.set_adapter(new_name)
+        if old not in (None, new_name):  # once another is active: PEFT warns when the active one goes
+            self.model.delete_adapter(old)
         self.model.to(self.device).eval()
         if self._row_lora is not None:
             self._row_lora.remove()
@@ -297,9 +306,13 @@ class TransformersEngine:
             if not self._adapters:
                 return self.model(**inputs)
             if len(set(names)) == 1 and names[0] != BASE_ADAPTER:
+                if self._merged is not None and self._merged.merge(names[0]):
+                    return self.model(**inputs)
                 if self.model.active_adapter != names[0]:
                     self.model.set_adapter(names[0])
                 return self.model(**inputs)
+            if self._merged is not None:
+                self._merged.restore()
             if self._row_lora is not None:
                 with self._row_lora.rows(names, self.device):
                     return self.model(**inputs)
