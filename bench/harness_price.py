@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.trees import tree_env
+
 ROOT = Path(__file__).parents[1]
 EXAMPLES = ROOT / "examples"
 
@@ -97,9 +99,16 @@ def train(name: str, project: Path, tasks: Path, steps: int, warm: bool) -> list
 
 
 def train_run(
-    name: str, project: Path, tasks: Path, steps: int, label: str, options: tuple[str, ...]
+    name: str,
+    project: Path,
+    tasks: Path,
+    steps: int,
+    label: str,
+    options: tuple[str, ...],
+    tree: Path | None = None,
 ) -> list[dict[str, Any]]:
-    """One `tether train` run of example `name` with more `options`; its train records, one per step."""
+    """One `tether train` run of example `name` with more `options`, from this checkout or from `tree`
+    (a past revision's files, `bench/trees.py`); its train records, one per step."""
     example = EXAMPLES_RUN[name]
     run = f"{name}-{label}-{time.monotonic_ns()}"
     command = [
@@ -110,8 +119,9 @@ def train_run(
         *("--val-every", "0", "--checkpoint-every", "0", "--timeout", str(example.timeout_s)),
         *("--run-name", run, *example.extra, *options),
     ]
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+    env = tree_env(tree) if tree else dict(os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    done = subprocess.run(command, cwd=tree or ROOT, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"{name} ({label}) failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
     metrics = project / ".tether" / "runs" / run / "metrics.jsonl"

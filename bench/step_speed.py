@@ -9,6 +9,10 @@ example's own tasks and step shape, `bench/harness_price.py`), in turns:
   decodes 8 rows at a time (a default run before these were the defaults; the engine still prefills a
   prompt admitted several times at once only once, which cannot be turned off);
 - after: the defaults.
+With `--before-rev REV` (say `a875ced`, the commit before M22), before is instead REV's own code with
+its own defaults (`bench/trees.py`), so that what changed without a flag (the engine's adapter path, its
+swaps) counts too; an engine that old records no prompt counts, and the after run's prompt tokens stand
+for what it prefilled.
 Per mode, means over the steps after the first (the first starts the warm interpreter and learns its
 imports): the step's seconds (rollouts + update + swap), the rollout phase against generation
 (`harness_ratio`), the learner's forward tokens per update (and, on the after run's own batches, packed
@@ -33,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness_price import EXAMPLES, EXAMPLES_RUN, train_run, write_tasks
+from bench.trees import export
 
 EXAMPLES_DIR = EXAMPLES
 
@@ -51,8 +56,13 @@ KEYS = (
 )
 
 
-def train(name: str, project: Path, tasks: Path, steps: int, mode: str) -> list[dict[str, Any]]:
-    """One `tether train` run in `mode` (before or after); its train records, one per step."""
+def train(
+    name: str, project: Path, tasks: Path, steps: int, mode: str, before_tree: Path | None = None
+) -> list[dict[str, Any]]:
+    """One `tether train` run in `mode` (before or after); its train records, one per step. With
+    `before_tree`, before is that revision's code with its own defaults."""
+    if mode == "before" and before_tree is not None:
+        return train_run(name, project, tasks, steps, mode, (), tree=before_tree)
     return train_run(name, project, tasks, steps, mode, BEFORE if mode == "before" else ())
 
 
@@ -77,7 +87,9 @@ def table(results: dict[str, dict[str, list[dict[str, float]]]]) -> str:
             cells = []
             for key in ("step_seconds", "train.forward_tokens", "engine.prefilled_tokens"):
                 # Before the prefix cache the engine prefilled every prompt token it was asked for.
-                was = before["engine.prompt_tokens"] if key == "engine.prefilled_tokens" else before[key]
+                was = before[key]
+                if key == "engine.prefilled_tokens":  # an engine before M22 records none: it had no cache
+                    was = before["engine.prompt_tokens"] or after["engine.prompt_tokens"]
                 ratio = after[key] / was if was else float("nan")
                 cells.append(f"{was:.1f} → {after[key]:.1f} | {ratio:.2f}x")
                 if key == "train.forward_tokens":  # the deterministic count: one batch, both layouts
@@ -157,6 +169,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="before-then-after pairs per agent")
     parser.add_argument("--out", type=Path, help="a folder for results.json")
     parser.add_argument("--sql-sft", action="store_true", help="count the SQL SFT updates' tokens, then stop")
+    parser.add_argument(
+        "--before-rev",
+        help="run before from this revision's code with its own defaults (e.g. the commit before M22), "
+        "instead of this checkout with the old defaults' flags",
+    )
     args = parser.parse_args()
     if args.sql_sft:
         print(
@@ -171,13 +188,14 @@ def main() -> None:
         parser.error(f"unknown agents {unknown}; choose from {sorted(EXAMPLES_RUN)}")
     results: dict[str, dict[str, list[dict[str, float]]]] = {}
     with tempfile.TemporaryDirectory(prefix="step-speed-") as folder:
+        before_tree = export(args.before_rev, Path(folder) / "before") if args.before_rev else None
         for name in names:
             project = Path(folder) / name
             tasks = write_tasks(name, project)
             for round_ in range(args.rounds):
                 for mode in ("before", "after"):
                     started = time.monotonic()
-                    row = steady(train(name, project, tasks, args.steps, mode))
+                    row = steady(train(name, project, tasks, args.steps, mode, before_tree))
                     results.setdefault(name, {}).setdefault(mode, []).append(row)
                     if args.out:  # so far, in case a later run fails
                         args.out.mkdir(parents=True, exist_ok=True)
