@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from tests.engines.test_row_lora import peft_with, save_adapter
+from tests.engines.test_row_lora import peft_with, save_adapter, two_adapters
 from tether.engines.merged_lora import MergedLoRA
 
 
@@ -17,14 +17,7 @@ def base_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 def test_a_merged_adapter_gives_peft_logits_and_leaves_the_base_as_loaded(
     tiny_path: Path, tmp_path: Path
 ) -> None:
-    adapters = {
-        "writer": save_adapter(
-            tiny_path, tmp_path / "w", 1, r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]
-        ),
-        "rewriter": save_adapter(
-            tiny_path, tmp_path / "r", 2, r=8, lora_alpha=16, target_modules=["v_proj", "o_proj", "up_proj"]
-        ),
-    }
+    adapters = two_adapters(tiny_path, tmp_path)
     model = peft_with(tiny_path, adapters)
     loaded = base_weights(model)
     ids = torch.randint(0, 1000, (3, 9), generator=torch.Generator().manual_seed(0))

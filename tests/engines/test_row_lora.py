@@ -35,9 +35,9 @@ def peft_with(tiny_path: Path, adapters: dict[str, Path]):  # noqa: ANN201
     return model.eval()
 
 
-def test_rows_get_their_own_adapter_as_in_peft_mixed_batch(tiny_path: Path, tmp_path: Path) -> None:
-    """Two adapters of different ranks on different layers, and base-model rows, in one batch."""
-    adapters = {
+def two_adapters(tiny_path: Path, tmp_path: Path) -> dict[str, Path]:
+    """Two adapters of different ranks on partly different layers."""
+    return {
         "writer": save_adapter(
             tiny_path, tmp_path / "w", 1, r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]
         ),
@@ -45,6 +45,11 @@ def test_rows_get_their_own_adapter_as_in_peft_mixed_batch(tiny_path: Path, tmp_
             tiny_path, tmp_path / "r", 2, r=8, lora_alpha=8, target_modules=["v_proj", "o_proj", "up_proj"]
         ),
     }
+
+
+def test_rows_get_their_own_adapter_as_in_peft_mixed_batch(tiny_path: Path, tmp_path: Path) -> None:
+    """Two adapters of different ranks on different layers, and base-model rows, in one batch."""
+    adapters = two_adapters(tiny_path, tmp_path)
     model = peft_with(tiny_path, adapters)
     row_lora = RowLoRA.build(model, list(adapters))
     assert row_lora is not None

@@ -30,25 +30,29 @@ class MergedLoRA:
         self.model = model
         self.merged: str | None = None
         self._originals: dict[Any, torch.Tensor] = {}  # PEFT LoRA layer -> its base weight as loaded
+        self._touched: list[Any] = []  # the layers the merged adapter changed
+        self._unmergeable: set[str] = set()  # adapters with a layer that is not plain LoRA
 
     def merge(self, name: str) -> bool:
-        """Fold adapter `name` into the base weights (restoring any other first). False, with nothing
-        changed, where a layer is not plain LoRA."""
+        """Fold adapter `name` into the base weights (restoring any other first). False, with the base
+        as loaded, where a layer is not plain LoRA (remembered: a forward pass asks every time)."""
         if self.merged == name:
             return True
         self.restore()
+        if name in self._unmergeable:
+            return False
         layers = [layer for layer in self.model.modules() if name in getattr(layer, "lora_A", {})]
         if not layers or not all(plain_lora(layer, [name]) for layer in layers):
+            self._unmergeable.add(name)
             return False
         with torch.no_grad():
             for layer in layers:
                 weight = layer.get_base_layer().weight
-                original = self._originals.get(layer)
-                if original is None:
+                if layer not in self._originals:
                     self._originals[layer] = weight.detach().clone()
                 weight.add_(layer.get_delta_weight(name).to(weight.dtype))
         self.model.base_model.disable_adapter_layers()
-        self.merged = name
+        self.merged, self._touched = name, layers
         return True
 
     def restore(self) -> None:
@@ -56,7 +60,7 @@ class MergedLoRA:
         if self.merged is None:
             return
         with torch.no_grad():
-            for layer, original in self._originals.items():
-                layer.get_base_layer().weight.copy_(original)
+            for layer in self._touched:
+                layer.get_base_layer().weight.copy_(self._originals[layer])
         self.model.base_model.enable_adapter_layers()
-        self.merged = None
+        self.merged, self._touched = None, []
