@@ -2,10 +2,11 @@
 
 PEFT runs a LoRA layer as the base layer plus `x @ A @ B * scale`: on a CPU that is two more small matrix
 products and an add in each of the ~200 projections of a small model: folded, a decode step of
-SmolLM2-135M takes 0.84x-0.89x as long at 8-24 rows on 2 cores (`python -m bench.engine_adapter`). With the adapter's delta added into the base weights, the same
-batch runs the plain model. `MergedLoRA` keeps each touched base weight's original values aside once
-and copies them back before any other adapter, a mixed batch or a swap needs the base, so the base
-never drifts (subtracting the delta again would round differently each time).
+SmolLM2-135M takes 0.84x-0.89x as long at 8-24 rows on 2 cores (`python -m bench.engine_adapter`). With
+the adapter's delta added into the base weights, the same batch runs the plain model. `MergedLoRA` keeps
+each touched base weight's original values aside once and copies them back before any other adapter, a
+mixed batch or a swap needs the base, so the base never drifts (subtracting the delta again would round
+differently each time).
 
 Plain LoRA only (`row_lora.plain_lora`); anything else leaves `merge` returning False and the caller on
 PEFT's path. Used on the CPU, where memory for one copy of the projections is cheap and the extra
