@@ -121,11 +121,14 @@ signal_options() {
 
 # run_pipeline [TETHER_TRAIN_ARGS...]: the three phases, from what the example's pipeline.sh set:
 #   name (calc, sql, rag), prefix (CALC, SQL, RAG), project, agent, reward, teacher (its script),
-#   train_tasks, val_tasks, the default sizes in the associative array `size`, and extra_train (more
-#   `tether train` options). SFT and RL run once per seed of $<PREFIX>_SEEDS (default "0 1"), each seed its
+#   train_tasks, val_tasks, the default sizes in the associative array `size`, extra_train (more
+#   `tether train` options) and agent_options (options of every command that runs the agent, such as
+#   `--sandbox-show DIR` for what the sandboxed agent reads outside its folder). SFT and RL run once per seed of $<PREFIX>_SEEDS (default "0 1"), each seed its
 #   own run `NAME-pipeline-seedS`; the seed orders the demonstrations and the RL tasks and initialises
 #   the adapter. The teacher's rollouts are made once and imitated by every seed: the teacher is
 #   scripted from the reference solutions, so another seed would record the same demonstrations.
+agent_options=()
+
 run_pipeline() {
   local started=$SECONDS phase sft_steps demo_tasks seed run
   local -a seeds runs=() signal=()
@@ -141,7 +144,7 @@ run_pipeline() {
   echo "the teacher demonstrates $(wc -l <"$demo_tasks") of the $(wc -l <"$train_tasks") train tasks;" \
     "$(wc -l <"$val_tasks") held-out tasks; seeds ${seeds[*]}"
   start_teacher "$teacher" "$demo_tasks"
-  tether rollout --project-dir "$project" --agent "$agent" --tasks "$demo_tasks" \
+  tether rollout --project-dir "$project" --agent "$agent" "${agent_options[@]}" --tasks "$demo_tasks" \
     --reward "$reward" --upstream "$TEACHER_URL" --upstream-model teacher \
     --n-workers "$(size_of TEACHER_WORKERS)" --run "$name-teacher"
   stop_teacher
@@ -150,7 +153,7 @@ run_pipeline() {
   for seed in "${seeds[@]}"; do
     phase=$SECONDS
     run="$name-pipeline-seed$seed"
-    tether train --project-dir "$project" --agent "$agent" \
+    tether train --project-dir "$project" --agent "$agent" "${agent_options[@]}" \
       --tasks "$train_tasks" --val-tasks "$val_tasks" --reward "$reward" --model "$(size_of MODEL)" \
       --from-run "$name-teacher" --sft-steps "$sft_steps" --sft-batch "$(size_of SFT_BATCH)" \
       --lr "$(size_of LR)" --algorithm grpo --steps "$(size_of RL_STEPS)" --group-size "$(size_of GROUP)" \

@@ -32,16 +32,54 @@ def imports() -> dict[tuple[str, str], list[str]]:
     for path in TETHER.rglob("*.py"):
         relative = path.relative_to(TETHER.parent).with_suffix("")
         module = ".".join(relative.parts).removesuffix(".__init__")
-        for node in ast.walk(ast.parse(path.read_text())):
-            names = []
-            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                names = [node.module]
-            elif isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names]
-            for name in names:
-                if name.startswith("tether.") and part_of(name) != part_of(module):
-                    found[(part_of(module), part_of(name))].append(f"{relative}:{node.lineno}")
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        for name, line in imported_modules(path.read_text(), package):
+            if name.startswith("tether.") and part_of(name) != part_of(module):
+                found[(part_of(module), part_of(name))].append(f"{relative}:{line}")
     return found
+
+
+def imported_modules(source: str, package: str) -> list[tuple[str, int]]:
+    """The absolute names of the modules `source` (a module of `package`) imports, with their lines: by
+    import statements, relative ones resolved, and by `importlib.import_module` or `__import__` called
+    with a literal name (an import by string is an import all the same)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom):
+            found.append((resolve("." * node.level + (node.module or ""), package), node.lineno))
+        elif isinstance(node, ast.Import):
+            found += [(alias.name, node.lineno) for alias in node.names]
+        elif isinstance(node, ast.Call) and (name := import_by_string(node)) is not None:
+            found.append((resolve(name, literal_keyword(node, "package") or package), node.lineno))
+    return found
+
+
+def import_by_string(call: ast.Call) -> str | None:
+    """The literal module name a call to `import_module` (however reached) or `__import__` imports."""
+    func = call.func
+    called = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+    if called not in ("import_module", "__import__"):
+        return None
+    first = call.args[0] if call.args else None
+    if isinstance(first, ast.Constant) and isinstance(first.value, str):
+        return first.value
+    return literal_keyword(call, "name")
+
+
+def literal_keyword(call: ast.Call, name: str) -> str | None:
+    for keyword in call.keywords:
+        if keyword.arg == name and isinstance(keyword.value, ast.Constant):
+            return str(keyword.value.value)
+    return None
+
+
+def resolve(name: str, package: str) -> str:
+    """`name` made absolute: `..x` from package `tether.a.b` is `tether.a.x`."""
+    level = len(name) - len(name.lstrip("."))
+    if not level:
+        return name
+    base = package.split(".")[: len(package.split(".")) - level + 1]
+    return ".".join([*base, name[level:]] if name[level:] else base)
 
 
 def floor_of(part: str) -> int:
@@ -82,3 +120,35 @@ def test_no_two_parts_import_each_other() -> None:
                 seen.add(part)
                 todo.extend(edges.get(part, ()))
     assert circles == [], f"parts on an import circle: {sorted(circles)}"
+
+
+def test_imports_by_string_and_relative_imports_are_seen() -> None:
+    """The checks above see every way a part can reach another: statements, relative or not, and a
+    module named by a literal string to importlib or `__import__`."""
+    source = """
+import importlib
+from importlib import import_module
+import tether.store
+from tether.gateway import app
+from ..trainer import loop
+from . import sibling
+importlib.import_module("tether.trainer.loop")
+import_module(".policy", package="tether.trainer")
+__import__("tether.cli.main")
+__import__(name="tether.dashboard")
+importlib.import_module(computed)
+"""
+    assert sorted(name for name, _ in imported_modules(source, "tether.runner")) == sorted(
+        [
+            "importlib",
+            "importlib",
+            "tether.store",
+            "tether.gateway",
+            "tether.trainer",
+            "tether.runner",
+            "tether.trainer.loop",
+            "tether.trainer.policy",
+            "tether.cli.main",
+            "tether.dashboard",
+        ]
+    )

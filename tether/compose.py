@@ -46,8 +46,10 @@ def create_app(gateway: Gateway, dashboard: DashboardConfig | None = None) -> Fa
     app.include_router(create_models_router(gateway))
     app.include_router(create_event_router(gateway))
     app.include_router(create_admin_router(gateway))
-    app.include_router(create_store_router(gateway.store, gateway.auth))
-    app.include_router(create_otlp_router(gateway.store, gateway.auth))
+    # One body cap and one span quota for every route an agent sends spans to.
+    store, auth, cap, ledger = gateway.store, gateway.auth, gateway.config.max_body_bytes, gateway.span_ledger
+    app.include_router(create_store_router(store, auth, max_body_bytes=cap, spans=ledger))
+    app.include_router(create_otlp_router(store, auth, max_body_bytes=cap, spans=ledger))
     app.include_router(create_metrics_router(gateway))
     install_dashboard(app, gateway.store, gateway.auth, dashboard or DashboardConfig())
     install_store_error_handlers(app)

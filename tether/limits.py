@@ -1,5 +1,6 @@
 """Limits every server applies to what a client sends, so that no request (and no rollout) can hurt the
-others: a body size cap and a JSON nesting cap, checked before anything is stored or run.
+others: a body size cap and a JSON nesting cap, checked before anything is stored or run, and the quota of
+spans an agent may send over its attempt (`AgentQuota`).
 
 The nesting cap stays well below what the store's JSON serializer accepts (254 levels), leaving room for
 the levels a span adds around a request it records.
@@ -8,21 +9,58 @@ the levels a span adds around a request it records.
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 from starlette.requests import Request
 
-MAX_BODY_BYTES = 8 * 1024 * 1024
+MIB = 1024 * 1024
+MAX_BODY_BYTES = 8 * MIB
+# Per attempt: room for thousands of instrumented calls and tool steps, far below what would weigh on
+# the runner, which reads an attempt's spans back whole to score it.
+DEFAULT_MAX_ATTEMPT_SPANS = 10_000
+DEFAULT_MAX_ATTEMPT_SPAN_BYTES = 32 * MIB
+# The most spans the runner reads back of one attempt to score it (the evaluator gets them as one list).
+# What bounds that read is the quota at every route an agent sends spans to (`AgentQuota`: a few thousand
+# spans, tens of MiB); the rest are the model calls the gateway recorded, each one served by the upstream.
+ATTEMPT_SPANS_READ = 1_000_000
+# The command-line options that raise each limit (`tether rollout`, `train`, `serve`), named in refusals.
+REQUEST_OPTION = "--max-request-mb"
+SPANS_OPTION = "--max-spans-per-attempt"
+SPAN_BYTES_OPTION = "--max-span-mb-per-attempt"
 MAX_JSON_DEPTH = 64
 # What the store API accepts: a stored body wraps a recorded request in a few more levels
 # ({"spans": [{"attributes": {"request": ...}}]}).
 MAX_STORED_JSON_DEPTH = MAX_JSON_DEPTH + 8
 
 
+@dataclass(frozen=True)
+class AgentQuota:
+    """What an agent may send with its rollout token: one request's body (a model call, a store API
+    request, an OTLP export), and over its attempt, how many spans and how many bytes of them (their
+    names, attributes and events). The gateway's own records of the agent's model calls are not the
+    agent's spans: they count against nothing and are never refused."""
+
+    max_request_bytes: int = MAX_BODY_BYTES
+    max_spans: int = DEFAULT_MAX_ATTEMPT_SPANS
+    max_span_bytes: int = DEFAULT_MAX_ATTEMPT_SPAN_BYTES
+
+
+def size_text(size: int) -> str:
+    """A byte count as people read it: MiB from 1 MiB up, else KiB, else bytes."""
+    if size >= MIB:
+        return f"{size / MIB:.4g} MiB"
+    return f"{size / 1024:.4g} KiB" if size >= 1024 else f"{size} bytes"
+
+
+def too_large_message(limit: int) -> str:
+    return f"the request body is larger than the {size_text(limit)} limit: raise it with {REQUEST_OPTION}"
+
+
 class BodyTooLarge(Exception):
     def __init__(self, limit: int) -> None:
-        super().__init__(f"the request body is larger than the {limit // 1024} KiB limit")
+        super().__init__(too_large_message(limit))
         self.limit = limit
 
 

@@ -15,6 +15,7 @@ from tether.compose import create_app
 from tether.gateway import Gateway, GatewayConfig
 from tether.gateway.server import BackgroundServer
 from tether.gateway.upstreams import Upstream
+from tether.limits import AgentQuota
 from tether.runner.pool import AgentEndpoints
 from tether.store.auth import TokenAuthority
 from tether.store.base import Store
@@ -50,10 +51,12 @@ def local_stack(
     hold_limit_s: float = 300.0,
     heartbeat_timeout_s: float = DEFAULT_HEARTBEAT_TIMEOUT_S,
     host: str = "127.0.0.1",
+    agent_quota: AgentQuota | None = None,
 ) -> Iterator[LocalStack]:
     """`host` is where the gateway listens, and the host in the URL agents get: loopback unless told.
-    Workers on other nodes (`--ray`) need a routable one: the advertised host."""
-    config = GatewayConfig(hold_limit_s=hold_limit_s)
+    Workers on other nodes (`--ray`) need a routable one: the advertised host. `agent_quota`: what an
+    agent may send (request bodies, spans per attempt)."""
+    config = GatewayConfig.for_agents(agent_quota or AgentQuota(), hold_limit_s=hold_limit_s)
     if routes is not None:
         config.routes = dict(routes)
     gateway = Gateway(store, authority, config)

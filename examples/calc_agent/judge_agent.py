@@ -24,7 +24,8 @@ def main() -> None:
     if not isinstance(graded, dict):
         raise SystemExit("no rollout to grade: $TETHER_TASK has no 'graded' object (judge_tasks.py)")
     rubric = RUBRIC.read_text()
-    messages = judge_messages(rubric, graded["task"], graded.get("output"), graded.get("trace", ""))
+    trace, reported = graded.get("trace", ""), graded.get("reported", "")
+    messages = judge_messages(rubric, graded["task"], graded.get("output"), trace, reported=reported)
     client = OpenAI()
     reply = client.chat.completions.create(
         model=os.environ.get("TETHER_JUDGE_MODEL", "judge"),

@@ -24,7 +24,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from reward import correct  # noqa: E402
 
-from tether.rewards.judge import trace_summary  # noqa: E402
+from tether.rewards.evidence import reported_summary, trace_summary  # noqa: E402
 from tether.store import RolloutStatus, open_store  # noqa: E402
 from tether.store.base import Store  # noqa: E402
 from tether.store.models import Rollout  # noqa: E402
@@ -42,7 +42,12 @@ def judge_task(
         output, trace = (_last_number_as(text, *change) for text in (output or "", trace))
     return {
         "id": f"judge-{rollout.id}{'-changed' if change else ''}",
-        "graded": {"task": rollout.input, "output": output, "trace": trace},
+        "graded": {
+            "task": rollout.input,
+            "output": output,
+            "trace": trace,
+            "reported": reported_summary(spans),
+        },
         "reference": {"label": correct(rollout.input, output)},
     }
 

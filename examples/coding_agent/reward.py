@@ -15,20 +15,36 @@ file of the library, `conftest.py`, `pytest.ini`, `tox.ini`, `setup.cfg`, `pypro
 does a patch that does not apply, or a path outside the tree. No patch, or an empty one, scores 0 without
 running anything (the tests fail on the buggy library by construction).
 
+A test counts as passing only when the test process says so *and* every assertion it ran saw what it saw
+on the original library. The agent's code runs in the test process, so that process's report is the
+agent's to write: it can patch pytest or the runner, rewrite the results file, exit early with status 0.
+What it cannot write without the fix is the fingerprint of each assertion that held (testrun.py: the
+values compared, hashed), which is compared here, outside it, with the fingerprints of two runs of the
+original library (the working copy with `reference.original` in place of `reference.buggy`), made once
+per task in the same sandbox and kept in memory. An assertion whose fingerprint differs between the two
+original runs (a value drawn at random, a hash of an object) is left out of the comparison; a test that
+ran a different number of assertions in them, or none, is taken on the test process's word. Also reported:
+`unverified`, 1 when a test said it passed but its assertions did not match (a forged report, or a fix
+that behaves differently from the original where the tests look).
+
+testrun.py is read once, when this file is loaded, and checked against `RUNNER_SHA256`; each evaluation
+writes that copy into the sandbox and never reads the file again, so an agent that rewrites it (one run
+without the sandbox) changes no later evaluation of this process, and the next process refuses to load.
+
 `CODING_EVAL_SANDBOX=none` runs the tests without the sandbox: only for machines without bubblewrap and
-agents you trust, since the agent's code runs in the test process.
+agents you trust, since the agent's code then runs with all of Tether's rights.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import io
 import json
 import os
 import re
 import shlex
-import shutil
 import sys
 import tarfile
 import tempfile
@@ -42,11 +58,12 @@ from tether.runner.sandbox import (
     SandboxOptions,
     open_sandbox,
     project_hide,
-    python_environment,
 )
 
 HERE = Path(__file__).resolve().parent
 RUNNER = HERE / "testrun.py"
+RUNNER_SHA256 = "8d1cd64a5e09627c653498ebc3cc1bdf6a2808c4f45a9d3730d441d018441a69"
+RESULTS_LIMIT = 32 << 20  # bytes of a results file read back: the test process writes it
 EVAL_TIMEOUT_S = 300.0
 LIMITS = SandboxLimits(cpu_s=120, memory_mib=4096, processes=256)
 GUARDED_NAMES = frozenset(
@@ -63,6 +80,24 @@ GUARDED_NAMES = frozenset(
 HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 NO_NEWLINE = "\\ No newline at end of file"
 _sandboxes: dict[str, Sandbox] = {}
+Expected = dict[str, list[str | None] | None]  # by test: each assertion's fingerprint (None: not compared)
+_expected: dict[str, Expected] = {}  # by task, from the original library's runs
+
+
+def read_runner() -> bytes:
+    """testrun.py as it is now, refused unless it is the runner this file was written for."""
+    source = RUNNER.read_bytes()
+    digest = hashlib.sha256(source).hexdigest()
+    if digest != RUNNER_SHA256:
+        raise RuntimeError(
+            f"{RUNNER} has sha256 {digest}, not the {RUNNER_SHA256} this evaluator expects: restore it "
+            "(an agent run without the sandbox can rewrite it), or set RUNNER_SHA256 in reward.py if you "
+            "changed it yourself"
+        )
+    return source
+
+
+RUNNER_SOURCE = read_runner()  # the only read: each evaluation writes this copy
 
 
 class PatchError(ValueError):
@@ -235,24 +270,89 @@ def test_paths(hidden: dict[str, bytes]) -> list[str]:
 def sandbox() -> Sandbox:
     kind = os.environ.get("CODING_EVAL_SANDBOX", "bwrap")
     if kind not in _sandboxes:
-        hide = tuple(str(path) for path in project_hide(Path.cwd(), python_environment()))
+        hide = tuple(str(path) for path in project_hide(Path.cwd()))
         _sandboxes[kind] = open_sandbox(kind, SandboxOptions(limits=LIMITS, hide=hide))
     return _sandboxes[kind]
 
 
-def run_hidden_tests(scratch: Path, tree: Path, targets: list[str]) -> dict[str, str] | None:
-    """Each test's outcome, from testrun.py run in the sandbox; None when it did not finish."""
+def run_hidden_tests(scratch: Path, tree: Path, targets: list[str]) -> dict[str, Any] | None:
+    """The test process's report (`outcomes` and `assertions`, see testrun.py), from testrun.py run in the
+    sandbox; None when it did not finish or wrote something else."""
     runner, results = scratch / RUNNER.name, scratch / "results.json"
-    shutil.copyfile(RUNNER, runner)
-    argv = [sys.executable, "-I", str(runner), "--tree", str(tree), "--out", str(results), *targets]
-    command = CommandAgent(shlex.join(argv), cwd=str(scratch), sandbox=sandbox())
+    runner.write_bytes(RUNNER_SOURCE)
+    argv = [sys.executable, "-I", str(runner), "--assertions", "--tree", str(tree), "--out", str(results)]
+    command = CommandAgent(shlex.join([*argv, *targets]), cwd=str(scratch), sandbox=sandbox())
     ran = asyncio.run(command.run({}, {}, LLM(base_url="", api_key=""), EVAL_TIMEOUT_S))
     if ran.error is not None and ran.error.startswith("the sandbox could not start"):
         raise RuntimeError(ran.error)  # the machine's fault, not the agent's: fail the rollout loudly
-    if not results.is_file():
+    if not results.is_file() or results.stat().st_size > RESULTS_LIMIT:
         return None
-    report = json.loads(results.read_text())
-    return None if report.get("collect_errors") else report["outcomes"]
+    try:
+        report = json.loads(results.read_bytes())
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return report if well_formed(report) else None
+
+
+def well_formed(report: Any) -> bool:
+    def names_to(value: Any, check: Any) -> bool:
+        return isinstance(value, dict) and all(isinstance(k, str) and check(v) for k, v in value.items())
+
+    def fingerprints(value: Any) -> bool:
+        return isinstance(value, list) and all(isinstance(item, str) for item in value)
+
+    return (
+        isinstance(report, dict)
+        and not report.get("collect_errors")
+        and names_to(report.get("outcomes"), lambda v: v in ("passed", "failed", "skipped"))
+        and names_to(report.get("assertions"), fingerprints)
+    )
+
+
+def expected_assertions(task: dict[str, Any], hidden: dict[str, bytes]) -> Expected:
+    """Each test's assertion fingerprints on the original library: two runs in the sandbox, once per task."""
+    reference = task["reference"]
+    key = hashlib.sha256(json.dumps([task["repo"], reference], sort_keys=True).encode()).hexdigest()
+    if key not in _expected:
+        files = unpack(task["repo"]["archive"])
+        source = files[reference["file"]].decode()
+        files[reference["file"]] = source.replace(reference["buggy"], reference["original"], 1).encode()
+        runs = [original_run(task["repo"]["name"], files | hidden) for _ in range(2)]
+        _expected[key] = stable_assertions(*runs)
+    return _expected[key]
+
+
+def original_run(name: str, files: dict[str, bytes]) -> dict[str, list[str]]:
+    with tempfile.TemporaryDirectory(prefix="coding-original-") as folder:
+        write_files(Path(folder) / name, files)
+        report = run_hidden_tests(Path(folder), Path(folder) / name, test_paths(files))
+    if report is None:
+        raise RuntimeError("the hidden tests did not run on the original library: see the task's reference")
+    return dict(report["assertions"])
+
+
+def stable_assertions(first: dict[str, list[str]], second: dict[str, list[str]]) -> Expected:
+    """Fingerprints the two original runs agree on (None where they differ); None for a test whose count
+    of assertions differs between them, or that ran none."""
+    expected: Expected = {}
+    for test in first.keys() | second.keys():
+        a, b = first.get(test, []), second.get(test, [])
+        comparable = len(a) == len(b) and bool(a)
+        expected[test] = [x if x == y else None for x, y in zip(a, b, strict=True)] if comparable else None
+    return expected
+
+
+def confirmed(report: dict[str, Any], expected: Expected) -> dict[str, str]:
+    """The reported outcomes, with a pass whose assertions do not match the original's turned to failed."""
+    outcomes: dict[str, str] = dict(report["outcomes"])
+    for test, outcome in outcomes.items():
+        wanted, seen = expected.get(test), report["assertions"].get(test, [])
+        if outcome == "passed" and wanted is not None:
+            same = len(seen) == len(wanted) and all(
+                want is None or want == saw for want, saw in zip(wanted, seen, strict=False)
+            )
+            outcomes[test] = "passed" if same else "failed"
+    return outcomes
 
 
 def score(outcomes: dict[str, str] | None, reference: dict[str, Any]) -> dict[str, float]:
@@ -268,25 +368,38 @@ def score(outcomes: dict[str, str] | None, reference: dict[str, Any]) -> dict[st
         "fail_to_pass": fail_to_pass,
         "pass_to_pass": pass_to_pass,
         "tampered": 0.0,
+        "unverified": 0.0,
     }
 
 
-NOTHING = {"reward": 0.0, "fail_to_pass": 0.0, "pass_to_pass": 0.0, "tampered": 0.0}
+class Verdict:
+    """The scores, and what the test process reported (None when it reported nothing usable)."""
+
+    def __init__(self, values: dict[str, float], report: dict[str, Any] | None = None) -> None:
+        self.values = values
+        self.report = report
+
+
+NOTHING = {"reward": 0.0, "fail_to_pass": 0.0, "pass_to_pass": 0.0, "tampered": 0.0, "unverified": 0.0}
 
 
 def fixed(task: dict[str, Any], output: str | None) -> dict[str, float]:
     """The reward of the agent's final working tree on the task's hidden tests (see the module docstring)."""
+    return evaluate(task, output).values
+
+
+def evaluate(task: dict[str, Any], output: str | None) -> Verdict:
     reference = task["reference"]
     text = submitted_patch(output)
     if not text:
-        return dict(NOTHING)
+        return Verdict(dict(NOTHING))
     hidden = unpack(reference["tests"])
     try:
         patches = parse_patch(text)
     except PatchError:
-        return dict(NOTHING)
+        return Verdict(dict(NOTHING))
     if any(tampers(name, set(hidden)) for patch in patches for name in (patch.old, patch.new) if name):
-        return NOTHING | {"tampered": 1.0}
+        return Verdict(NOTHING | {"tampered": 1.0})
     with tempfile.TemporaryDirectory(prefix="coding-eval-") as folder:
         scratch = Path(folder)
         tree = scratch / task["repo"]["name"]
@@ -294,6 +407,11 @@ def fixed(task: dict[str, Any], output: str | None) -> dict[str, float]:
         try:
             apply_patch(tree, patches)
         except (PatchError, OSError):
-            return dict(NOTHING)
+            return Verdict(dict(NOTHING))
         write_files(tree, hidden)  # the original tests and test configuration, whatever the tree holds
-        return score(run_hidden_tests(scratch, tree, test_paths(hidden)), reference)
+        report = run_hidden_tests(scratch, tree, test_paths(hidden))
+    if report is None:
+        return Verdict(score(None, reference))
+    outcomes = confirmed(report, expected_assertions(task, hidden))
+    forged = any(report["outcomes"][test] != outcome for test, outcome in outcomes.items())
+    return Verdict(score(outcomes, reference) | {"unverified": float(forged)}, report)

@@ -7,16 +7,24 @@ as a script:
     python -I testrun.py --tree DIR --out RESULTS.json [TEST_PATH_OR_NODE_ID ...]
 
 RESULTS.json: {"outcomes": {node id: "passed" | "failed" | "skipped"}, "collect_errors": [...],
-"exit_code": N, and with coverage "coverage": {node id: [[file, first line], ...]}, "at_import":
-[[file, first line], ...]}. A test counts as failed when any of its phases failed (an error in a fixture
-too), skipped when it was skipped or xfailed. Only the pytest plugins named here load (no entry points).
+"exit_code": N, with `--assertions` "assertions": {node id: [fingerprint, ...]}, and with coverage
+"coverage": {node id: [[file, first line], ...]}, "at_import": [[file, first line], ...]}. A test counts as
+failed when any of its phases failed (an error in a fixture too), skipped when it was skipped or xfailed.
+Only the pytest plugins named here load (no entry points).
+
+An assertion's fingerprint stands for the values it saw: pytest's account of an assertion that held (the
+assert statement, its compared values and the intermediate ones, printed in full), with memory addresses
+and the scratch folder's path taken out, its characters sorted (sets of objects print in an order that
+changes from run to run), hashed. reward.py compares them with the original library's: see its docstring.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
+import re
 import sys
 import threading
 from collections.abc import Iterator
@@ -37,6 +45,8 @@ PYTEST_ARGS = [
     "-o",
     "console_output_style=classic",
 ]
+ASSERTION_ARGS = ["-o", "enable_assertion_pass_hook=true", "-o", "verbosity_assertions=2"]
+ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
 
 
 class Outcomes:
@@ -61,6 +71,22 @@ class Outcomes:
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:
             self.collect_errors.append(report.nodeid or "<session>")
+
+
+class Assertions:
+    """A pytest plugin that keeps a fingerprint of each assertion that held, per test, in order."""
+
+    def __init__(self, scratch: Path) -> None:
+        self.scratch = str(scratch)
+        self.by_test: dict[str, list[str]] = {}
+
+    def pytest_assertion_pass(self, item: pytest.Item, lineno: int, orig: str, expl: str) -> None:
+        self.by_test.setdefault(item.nodeid, []).append(self.fingerprint(f"{lineno}:{orig}:{expl}"))
+
+    def fingerprint(self, account: str) -> str:
+        values = account.split("\n  \n", 1)[0]  # what follows the values is a diff of them, laid out
+        values = ADDRESS.sub("0x", values.replace(self.scratch, "<scratch>"))
+        return hashlib.sha256("".join(sorted(values)).encode()).hexdigest()[:24]
 
 
 class Coverage:
@@ -106,9 +132,16 @@ class Coverage:
         }
 
 
-def run(tree: Path, targets: list[str], out: Path, coverage: list[str] | None = None) -> int:
+def run(
+    tree: Path,
+    targets: list[str],
+    out: Path,
+    coverage: list[str] | None = None,
+    assertions: bool = False,
+) -> int:
     """Run `targets` (test paths or node ids, relative to `tree`) with `tree` as the rootdir; write the
-    results to `out`. With `coverage` (the library's files, relative), record what each test calls."""
+    results to `out`. With `coverage` (the library's files, relative), record what each test calls; with
+    `assertions`, the fingerprints of the assertions that held."""
     os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     sys.dont_write_bytecode = True  # a mutated module must never be read back from a stale .pyc
     os.chdir(tree)
@@ -117,12 +150,18 @@ def run(tree: Path, targets: list[str], out: Path, coverage: list[str] | None = 
     traced = Coverage(tree, coverage) if coverage is not None else None
     if traced is not None:
         plugins.append(traced)
-    code = int(pytest.main([*PYTEST_ARGS, "--rootdir", str(tree), *targets], plugins=plugins))
+    held = Assertions(tree.parent) if assertions else None
+    if held is not None:
+        plugins.append(held)
+    options = [*PYTEST_ARGS, *(ASSERTION_ARGS if assertions else []), "--rootdir", str(tree)]
+    code = int(pytest.main([*options, *targets], plugins=plugins))
     results: dict[str, Any] = {
         "outcomes": outcomes.outcomes,
         "collect_errors": outcomes.collect_errors,
         "exit_code": code,
     }
+    if held is not None:
+        results["assertions"] = held.by_test
     if traced is not None:
         results |= traced.report()
     out.write_text(json.dumps(results))
@@ -135,9 +174,10 @@ def main() -> None:
     )
     parser.add_argument("--tree", type=Path, required=True, help="the library's folder (pytest's rootdir)")
     parser.add_argument("--out", type=Path, required=True, help="where to write the results (JSON)")
+    parser.add_argument("--assertions", action="store_true", help="fingerprint the assertions that held")
     parser.add_argument("targets", nargs="*", help="test paths or node ids, relative to --tree")
     args = parser.parse_args()
-    run(args.tree.resolve(), args.targets, args.out.resolve())
+    run(args.tree.resolve(), args.targets, args.out.resolve(), assertions=args.assertions)
 
 
 if __name__ == "__main__":

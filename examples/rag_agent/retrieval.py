@@ -116,10 +116,13 @@ class Retriever:
         if cached is not None and cached.shape == (len(texts), EMBEDDING_SIZE):
             return cached
         matrix = self.embedder.embed(texts)
-        cache_dir.mkdir(parents=True, exist_ok=True)
-        tmp = cache_dir / f".{path.stem}-{uuid.uuid4().hex}.npy"
-        np.save(tmp, matrix)
-        os.replace(tmp, path)  # atomic, so agents starting together never see a partial file
+        try:
+            cache_dir.mkdir(parents=True, exist_ok=True)
+            tmp = cache_dir / f".{path.stem}-{uuid.uuid4().hex}.npy"
+            np.save(tmp, matrix)
+            os.replace(tmp, path)  # atomic, so agents starting together never see a partial file
+        except OSError:  # a read-only folder (the agent's, in its sandbox): embedded, not cached
+            pass
         return matrix
 
     @staticmethod

@@ -14,12 +14,15 @@ agent="python examples/sql_agent/agent.py --max-turns ${SQL_MAX_TURNS:-1}"
 reward=examples/sql_agent/reward.py:execution_match
 teacher=examples/sql_agent/teacher.py
 mkdir -p "$project"
+# the databases the agent reads, shown to it in its sandbox
 if [ -n "${SQL_SPIDER:-}" ]; then  # the official Spider release at this path: train_spider.json -> train, dev.json -> val
   python examples/sql_agent/tasks.py --spider "$SQL_SPIDER" --out-dir "$project/data" \
     --limit "${SQL_SPIDER_LIMIT:-500}"
+  agent_options=(--sandbox-show "$SQL_SPIDER/database")
 else
   python examples/sql_agent/tasks.py --out-dir "$project/data" --val-fraction 0.35 --val-levels easy,medium \
     --seed 0
+  agent_options=(--sandbox-show "$(python examples/sql_agent/chinook.py)")
 fi
 train_tasks=$project/data/train.jsonl
 first_train_tasks

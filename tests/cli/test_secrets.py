@@ -24,6 +24,7 @@ from starlette.responses import JSONResponse
 from tests.gateway.fake_upstream import Behaviour, create_fake_upstream
 from tests.helpers import serve_app
 from tether.cli.main import main
+from tether.cli.secrets import conninfo_secret, secret_in
 from tether.store import RolloutStatus, SQLiteStore
 
 AGENTS = Path(__file__).parent / "agents"
@@ -75,6 +76,69 @@ REFUSED = [
         ["optimize-prompt", *ROLLOUT[1:], "--optimizer-endpoint", f"https://u:{PASSWORD}@o/v1"],
         "OPTIMIZER_KEY",
     ),
+    # a secret as a URL parameter, as libpq reads it (and any URL's usual names of keys and tokens)
+    P(
+        [*ROLLOUT, "--store", f"postgresql://tether@db:5432/tether?password={PASSWORD}"],
+        r"--store has a secret in its URL \(its 'password' parameter\).*TETHER_STORE=.*PGPASSWORD",
+        "rollout --store ?password=",
+    ),
+    P(
+        [*ROLLOUT, f"--store=postgresql:///tether?host=/run/pg&pass%77ord={PASSWORD}"],
+        r"--store has a secret in its URL \(its 'password' parameter\)",
+        "rollout --store=URL ?pass%77ord= (percent-encoded)",
+    ),
+    P(
+        [*ROLLOUT, "--store", f"postgresql://db/tether?sslmode=require&sslpassword={PASSWORD}"],
+        r"'sslpassword' parameter",
+        "rollout --store ?sslpassword=",
+    ),
+    P(
+        [*ROLLOUT, "--store", f"postgresql://db/tether?passfile=/home/me/{PASSWORD}"],
+        r"'passfile' parameter.*PGPASSFILE",
+        "rollout --store ?passfile=",
+    ),
+    P(
+        [*ROLLOUT, "--store", f"host=db dbname=tether password = '{PASSWORD}'"],
+        r"--store has a password in its connection string \(password=\).*TETHER_STORE=",
+        "rollout --store KEYWORD=VALUE",
+    ),
+    P(
+        [*ROLLOUT, "--sto", f"host=db password={PASSWORD}"],
+        r"--sto has a password in its connection string.*TETHER_STORE=",
+        "rollout --sto (abbreviated) KEYWORD=VALUE",
+    ),
+    P(["store", "--url", f"host=db sslpassword={PASSWORD}", "rollouts"], r"\(sslpassword=\).*TETHER_STORE"),
+    P(
+        ["serve", "--store", f"postgres://db/tether?password={PASSWORD}"],
+        r"tether serve: --store has a secret",
+    ),
+    P(
+        ["store", "migrate", "--to", f"postgresql://db/t?password={PASSWORD}"],
+        r"--to has a secret.*PGPASSWORD",
+    ),
+    P([*ROLLOUT, "--upstream", f"https://api.example/v1?api_key={PASSWORD}"], r"'api_key'.*UPSTREAM_KEY"),
+    P(
+        [*ROLLOUT, "--upstream", f"https://api.example/v1#access_token={PASSWORD}"],
+        r"--upstream has a secret in its URL \(its 'access_token' parameter\)",
+        "rollout --upstream #access_token=",
+    ),
+    P(
+        [*ROLLOUT, "--judge-url", f"https://j.example/v1?x-api-key={PASSWORD}"],
+        r"--judge-url .*TETHER_JUDGE_KEY.*--judge-key-file",
+    ),
+    P([*ROLLOUT, "--reward", f"https://rm.example/score?token={PASSWORD}"], r"--reward has a secret"),
+    P(
+        [*ROLLOUT, "--policy-server", f"http://a:1,http://b:2/?client_secret={PASSWORD}"],
+        r"'client_secret'",
+    ),
+    P(
+        ["train", "--agent", "true", "--tasks", "t", "--teacher", f"https://t/v1?key={PASSWORD}"],
+        "TEACHER_KEY",
+    ),
+    P(
+        [*ROLLOUT[:1], "--agent", f"python a.py --db postgresql://u:{PASSWORD}@db/x", *ROLLOUT[3:]],
+        r"--agent has a password in its URL",
+    ),
 ]
 
 
@@ -90,6 +154,52 @@ def test_a_secret_on_the_command_line_is_refused_with_the_fix_and_not_repeated(
     assert PASSWORD not in message
     assert re.search(fix, message), message
     assert not (tmp_path / ".tether").exists()  # refused before anything ran
+
+
+SECRET_URLS = {
+    "postgresql://tether:pw@db/tether": "a password in its URL",
+    "postgresql://db,db2/tether?password=pw": "a secret in its URL (its 'password' parameter)",
+    "postgresql://db/t?sslmode=require&SSLPASSWORD=pw": "a secret in its URL (its 'SSLPASSWORD' parameter)",
+    "postgresql://db/tether?passfile=/p": "a secret in its URL (its 'passfile' parameter)",
+    "postgresql://db/tether?pass%77ord=pw": "a secret in its URL (its 'password' parameter)",
+    "https://api/v1?api-version=1&apikey=k": "a secret in its URL (its 'apikey' parameter)",
+    "https://api/v1?X-Api-Key=k": "a secret in its URL (its 'X-Api-Key' parameter)",
+    "https://blob/c?sv=2024&sig=s": "a secret in its URL (its 'sig' parameter)",
+    "https://app/cb#access_token=t&state=x": "a secret in its URL (its 'access_token' parameter)",
+    "ray://head:10001?auth_token=t": "a secret in its URL (its 'auth_token' parameter)",
+    "s3://bucket/k?aws_secret_access_key=s": "a secret in its URL (its 'aws_secret_access_key' parameter)",
+    "https://h/x?Secret-Key=s": "a secret in its URL (its 'Secret-Key' parameter)",
+}
+NO_SECRET = [
+    "postgresql://tether@db:5432/tether?sslmode=verify-full&sslkey=/k.pem&sslcert=/c.pem&sslrootcert=/r.pem",
+    "postgresql://tether:@db/tether",  # an empty password is none
+    "https://api/v1?api-version=2024-02-01&monkey=1&keyword=2&cache_key=3&password=",
+    "not a url?password=pw",
+    "sqlite:///tmp/store.db",
+    "memory:",
+    "http://[::1",  # no URL at all
+]
+
+
+@pytest.mark.parametrize(("url", "found"), SECRET_URLS.items())
+def test_a_secret_is_found_in_a_url_as_libpq_and_apis_read_it(url: str, found: str) -> None:
+    assert secret_in(url) == found
+
+
+@pytest.mark.parametrize("text", NO_SECRET)
+def test_no_secret_is_found_where_there_is_none(text: str) -> None:
+    assert secret_in(text) is None and conninfo_secret(text) is None
+
+
+def test_a_libpq_keyword_value_string_with_a_password_is_found() -> None:
+    assert conninfo_secret("host=db password=pw") == "a password in its connection string (password=)"
+    assert (
+        conninfo_secret("dbname=x  SSLPassword = 'p w'")
+        == "a password in its connection string (sslpassword=)"
+    )
+    assert conninfo_secret("passfile=/p host=db") == "a password in its connection string (passfile=)"
+    assert conninfo_secret("host=db user=me dbname=x") is None
+    assert conninfo_secret("host=db mypassword=x") is None  # not one of libpq's keywords
 
 
 def test_a_url_without_a_password_is_taken(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -143,7 +253,7 @@ def test_a_secret_from_the_environment_or_a_file_reaches_no_command_line(
     env = {**os.environ, "PGPASSWORD": password, "TETHER_STORE": str(tmp_path / "store.db")}
     # Cold: the probe reads its parent's command line, which must be Tether's (not a warm zygote's).
     argv = ["--agent", f"/usr/bin/python3 {shared / 'agent.py'}", "--tasks", str(tmp_path / "tasks.jsonl")]
-    argv += ["--agent-cold"]
+    argv += ["--agent-cold", "--sandbox", "none"]  # as an ordinary child process, /proc in full view
     if source == "environment":
         env["TETHER_UPSTREAM_KEY"] = key
     else:  # a 0600 file of root's, in a folder open to all, and the agent runs as another user

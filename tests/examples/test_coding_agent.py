@@ -160,7 +160,13 @@ def test_a_tasks_failing_tests_fail_on_its_buggy_tree_and_the_others_pass(genera
     readme = working_files(task)["README.rst"]
     patch = load("agent").diff({"README.rst": readme}, {"README.rst": b".. nothing\n" + readme})
     verdict = load("reward").fixed(task, json.dumps({"patch": patch}))
-    assert verdict == {"reward": 0.0, "fail_to_pass": 0.0, "pass_to_pass": 1.0, "tampered": 0.0}
+    assert verdict == {
+        "reward": 0.0,
+        "fail_to_pass": 0.0,
+        "pass_to_pass": 1.0,
+        "tampered": 0.0,
+        "unverified": 0.0,
+    }
 
 
 def test_a_task_whose_original_tests_already_fail_is_refused(project: Path, tmp_path: Path) -> None:
@@ -315,7 +321,7 @@ def unsandboxed(project: Path, workspace: Path, generated: Generated, canary: st
     }
     model = Model(load("teacher").CodingTeacher([]), hostile)
     try:
-        rollouts = rollout(project, model, tasks, "open")
+        rollouts = rollout(project, model, tasks, "open", "--sandbox", "none")
         run = Run(model, rollouts, processes_with(MARKER), escape_file(workspace).exists())
     finally:
         for pid in processes_with(MARKER):  # the daemon the looping model left (this test started it)
@@ -346,6 +352,7 @@ def test_the_teacher_through_tether_rollout_fixes_its_tasks_and_scores_1(
             "fail_to_pass": 1.0,
             "pass_to_pass": 1.0,
             "tampered": 0.0,
+            "unverified": 0.0,
         }
         assert len(done.chat_calls) == 4  # find, read, fix, submit
         output = sandboxed.output(task)
@@ -363,6 +370,7 @@ def test_an_agent_that_rewrites_the_tests_scores_0_where_a_naive_evaluator_gives
         "fail_to_pass": 0.0,
         "pass_to_pass": 0.0,
         "tampered": 1.0,
+        "unverified": 0.0,
     }
     reward = load("reward")
     patches = reward.parse_patch(sandboxed.output(task)["patch"])
@@ -375,8 +383,8 @@ def test_an_agent_that_rewrites_the_tests_scores_0_where_a_naive_evaluator_gives
         reward.apply_patch(tree, patches)
         hidden = hidden_files(task)
         reward.write_files(tree, hidden)
-        outcomes = reward.run_hidden_tests(Path(folder), tree, reward.test_paths(hidden))
-    assert reward.score(outcomes, task["reference"])["reward"] == 1.0
+        report = reward.run_hidden_tests(Path(folder), tree, reward.test_paths(hidden))
+    assert report is not None and reward.score(report["outcomes"], task["reference"])["reward"] == 1.0
 
 
 @pytest.mark.bwrap

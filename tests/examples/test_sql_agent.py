@@ -343,7 +343,7 @@ def test_rollout_of_the_real_agent_records_each_role_and_a_reward(
 ) -> None:
     tasks = load("tasks").chinook_tasks(chinook_db, questions[:2])
     agent = SQL.agent("--max-turns", "1", "--max-tokens", "24")
-    args = ("--model", "tiny-random", "--n-workers", "2")
+    args = ("--model", "tiny-random", "--n-workers", "2", "--sandbox-show", str(chinook_db))  # the database
     for done in run_rollouts(tmp_path, agent, SQL.reward("execution_match"), tasks, *args, timeout=300):
         calls = [s for s in done.spans if s.name.startswith("llm")]
         agents = [c.attributes.get("agent") for c in calls]

@@ -27,6 +27,8 @@ AGENTS = {
     "anthropic": HERE / "agents" / "anthropic_agent.py",
     "mcp": HERE / "agents" / "mcp_warm_agent.py",  # the calc example's, starting its MCP server (stdio)
 }
+# what an agent reaches outside its own folder, shown to it in the sandbox (--sandbox-show)
+SHOWN = {"mcp": HERE.parents[1] / "examples" / "calc_agent"}
 TASKS = 3
 
 
@@ -46,6 +48,8 @@ def test_the_framework_agent_runs_warm_and_every_call_is_recorded(
     args = ["rollout", "--agent", f"{sys.executable} {AGENTS[framework]}", "--tasks", str(tasks)]
     args += ["--upstream", upstream, "--upstream-token-ids", "--n-workers", "2"]
     args += ["--sandbox", sandbox]
+    if sandbox == "bwrap" and framework in SHOWN:
+        args += ["--sandbox-show", str(SHOWN[framework])]
     assert main([*args, "--project-dir", str(tmp_path), "--timeout", "120"]) == 0
     store = SQLiteStore(tmp_path / ".tether" / "store.db")
     try:

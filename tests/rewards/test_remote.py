@@ -25,6 +25,7 @@ CALL = Span(
     start_time=0.0,
     end_time=1.0,
     attributes={"request": {"messages": [{"role": "user", "content": "hi"}]}, "choices": [{"text": "5"}]},
+    origin="gateway",
 )
 
 
@@ -50,6 +51,7 @@ def test_the_server_gets_task_output_and_calls_and_its_rewards_count() -> None:
             "task": {"q": "2+3", "reference": {"a": 5}},
             "output": "5",
             "calls": [{"request": {"messages": [{"role": "user", "content": "hi"}]}, "reply": "5"}],
+            "agent_reported": [],
         }
     ]
 

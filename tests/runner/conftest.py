@@ -4,13 +4,17 @@ preloads modules from."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.runner.sandbox_rig import ROOT, Start
 from tether.runner.warm import WarmStarts
 
 Installer = Callable[[dict[str, str]], str]
@@ -47,3 +51,30 @@ def warm() -> Iterator[WarmStarts]:
     starts = WarmStarts()
     yield starts
     starts.close()
+
+
+@pytest.fixture(params=["cold", "warm"])
+def start(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[Start]:
+    starting = Start(request.param == "warm", monkeypatch)
+    yield starting
+    starting.close()
+
+
+@pytest.fixture
+def outside_tmp() -> Iterator[Path]:
+    """A folder outside /tmp (which the sandbox empties anyway), as a real project directory is: in the
+    checkout, unless the checkout itself is under /tmp."""
+    base = ROOT / "build"
+    if str(ROOT.resolve()).startswith(("/tmp/", os.path.realpath(tempfile.gettempdir()) + "/")):
+        base = Path.home() / ".cache" / "tether-sandbox-tests"
+    base.mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix="sandbox-test-", dir=base))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def bwrap_installed() -> None:
+    """For the sandbox's tests: bubblewrap is part of the test setup, so its absence fails them."""
+    if shutil.which("bwrap") is None:
+        pytest.fail("bubblewrap is not installed: run scripts/ensure_bwrap.sh (make test does)")

@@ -56,7 +56,7 @@ def rollout_args(tmp_path: Path, upstream: str, run: str, tasks: list[dict[str, 
     path.write_text("".join(json.dumps(task) + "\n" for task in tasks))
     args = ["rollout", "--agent", LINGERER, "--tasks", str(path), "--n-workers", str(len(tasks))]
     args += ["--upstream", upstream, "--upstream-token-ids", "--project-dir", str(tmp_path / "project")]
-    return [*args, "--no-air", "--run", run]
+    return [*args, "--no-air", "--run", run, "--sandbox", "none"]  # the children it tests outlive no sandbox
 
 
 def tether_rollout(

@@ -156,6 +156,7 @@ def test_a_user_of_group_root_is_refused_as_agent_user() -> None:
 def tether_rollout(project: Path, upstream_url: str, agent: str, tasks: Path, *extra: str) -> list[Any]:
     """`tether rollout` of `agent` over `tasks`; each rollout's output, in task order."""
     args = ["rollout", "--agent", agent, "--tasks", str(tasks), "--upstream", upstream_url]
+    args += ["--sandbox", "none"]  # what another OS user keeps from the agent, without a sandbox
     assert main([*args, "--no-air", "--project-dir", str(project), *extra]) == 0
     store = SQLiteStore(project / ".tether" / "store.db")
     try:

@@ -79,7 +79,7 @@ def rollout_args(tmp_path: Path, tasks: Path, agent: str, upstream: str, *extra:
     return [
         *("rollout", "--agent", agent, "--tasks", str(tasks), "--n-workers", "2"),
         *("--upstream", upstream, "--upstream-token-ids", "--project-dir", str(tmp_path / "project")),
-        *("--run", RUN, *extra),
+        *("--run", RUN, "--sandbox", "none", *extra),  # unsandboxed: the reference is kept from it anyway
     ]
 
 

@@ -90,7 +90,9 @@ def test_an_agent_cannot_call_with_its_siblings_token_through_tether_rollout_in_
     inside = thieves(tmp_path, upstream_url, "sandboxed", "--sandbox", "bwrap", *cold)
     assert not any(STOLEN_SAYS in json.dumps(request) for request in behaviour.requests)
     assert [(w.cold, w.forked) for w in made] == ([] if cold else [({}, 2)])  # both warm, or both cold
-    outside = thieves(tmp_path, upstream_url, "plain", "--agent-cold")  # its environ in /proc
+    outside = thieves(
+        tmp_path, upstream_url, "plain", "--agent-cold", "--sandbox", "none"
+    )  # its environ in /proc
     capsys.readouterr()
 
     reports = [rollout["report"] for rollout in inside.values()]

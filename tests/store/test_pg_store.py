@@ -139,6 +139,24 @@ def test_unreachable_servers_and_closed_stores_are_store_errors(pg_url: str) -> 
         store.list_rollouts()
 
 
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("postgresql://u@127.0.0.1:9/db?password=pw-1", "postgresql://u@127.0.0.1:9/db?password=***"),
+        (
+            "postgresql:///db?host=127.0.0.1&port=9&SSLPassword=pw-1&sslmode=disable",
+            "SSLPassword=***&sslmode=",
+        ),
+        ("postgres://u:pw-1@127.0.0.1:9/db?password=pw-2", "postgres://u:***@127.0.0.1:9/db?password=***"),
+    ],
+)
+def test_no_password_a_url_holds_is_repeated_in_an_error(url: str, shown: str) -> None:
+    """As libpq reads a URL: a password in its user info, or as its `password` or `sslpassword`."""
+    with pytest.raises(StoreError) as refused:
+        open_store(url)
+    assert shown in str(refused.value) and "pw-" not in str(refused.value)
+
+
 def _write(
     store: PostgresStore, rollout_id: str, name: str, outcomes: dict[str, BaseException | None]
 ) -> None:

@@ -4,11 +4,15 @@ Calls made at temperature 0.7 and top-p 0.9 through the real gateway and the bui
 become transitions carrying their sampler; the learner, scoring them under the same transformation,
 starts its update at ratio 1 up to numerics. Scored as the raw softmax (what the learner did before), the
 same tokens are far from 1. Greedy calls are refused for RL with a message naming them; forced training
-temperatures reach the calls; dynamic sampling refills a batch of equal-reward groups.
+temperatures reach the calls; dynamic sampling refills a batch of equal-reward groups, and launches
+only the groups still missing given the signal already found.
 """
 
 from __future__ import annotations
 
+import itertools
+from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 import openai
@@ -145,6 +149,55 @@ def test_train_temperature_is_forced_on_training_calls_only(tmp_path: Path) -> N
     assert samplers["val"] == {Sampler(temperature=0.0)}
 
 
+def signal_reward() -> Callable[[dict, str | None], float]:
+    """Rewards that vary within the groups of tasks marked `signal` (a reward of its own per rollout) and
+    are all equal elsewhere: which groups carry signal is known, whatever the tiny model replies."""
+    counter = itertools.count()
+
+    def reward(task: dict, output: str | None) -> float:
+        return float(next(counter)) if task.get("signal") else 1.0
+
+    return reward
+
+
+def marked_tasks(*signal: bool) -> list[Task]:
+    return [
+        Task(id=f"t{i}", input={"question": f"Tell me about {i}.", "signal": s}) for i, s in enumerate(signal)
+    ]
+
+
+def launch_rounds(trainer: Trainer) -> list[tuple[int, int]]:
+    """The train step's rounds of groups, in launch order: (groups launched, of them with signal). A
+    round's groups are named `TASK@stepN` (the first round) or `TASK@stepN.K`."""
+    groups: dict[int, set[str]] = defaultdict(set)
+    for rollout in trainer.store.list_rollouts(limit=1000):
+        if rollout.mode == "train" and rollout.group_id is not None:
+            groups[round_of(rollout.group_id)].add(rollout.group_id)
+    rewards: dict[str, set[float]] = defaultdict(set)
+    for t in train_transitions(trainer):
+        rewards[str(t.group_id)].add(t.reward)
+    return [(len(groups[r]), sum(len(rewards[g]) > 1 for g in groups[r])) for r in sorted(groups)]
+
+
+def round_of(group_id: str) -> int:
+    label = group_id.rsplit("@", 1)[1]
+    return int(label.split(".")[1]) if "." in label else 0
+
+
+def assert_launches_only_the_missing_groups(
+    rounds: list[tuple[int, int]], first: int, wanted: int, cap: int
+) -> None:
+    """Each round after the first launches the groups still missing for `wanted` with signal, given the
+    signal of the rounds before it (never beyond `cap`); the last round leaves the step complete."""
+    assert rounds[0][0] == first, rounds
+    launched = with_signal = 0
+    for number, (groups, signal) in enumerate(rounds):
+        if number:
+            assert groups == min(wanted - with_signal, cap - launched) > 0, rounds
+        launched, with_signal = launched + groups, with_signal + signal
+    assert with_signal >= wanted or launched == cap, rounds
+
+
 def test_dynamic_sampling_refills_up_to_the_cap(tmp_path: Path) -> None:
     # Every reward equal: no group has signal, so the step keeps launching groups until the cap.
     trainer = trainer_for(tmp_path, min_signal_groups=2, max_groups_per_step=4)
@@ -154,14 +207,32 @@ def test_dynamic_sampling_refills_up_to_the_cap(tmp_path: Path) -> None:
     assert step["zero_variance_fraction"] == 1.0
     assert step["rollouts"] == 4 * 3
     assert "skipped" in step
+    assert launch_rounds(trainer) == [(2, 0), (2, 0)]
 
-    # Varied rewards: the first two groups carry signal and nothing more is launched.
-    varied = trainer_for(tmp_path / "varied", min_signal_groups=2, max_groups_per_step=4)
-    history = varied.fit(CallableAgent(agent_at(1.0)), TASKS, (), length_reward).history
+
+def test_dynamic_sampling_launches_no_group_the_signal_found_makes_needless(tmp_path: Path) -> None:
+    # Every group carries signal: the first round's two groups complete the step, none more is launched.
+    trainer = trainer_for(tmp_path, min_signal_groups=2, max_groups_per_step=4)
+    result = trainer.fit(CallableAgent(agent_at(1.0)), marked_tasks(*[True] * 4), (), signal_reward())
+    step = next(r for r in result.history if r["kind"] == "train")
+    assert step["failed_rollouts"] == 0, unfinished(trainer)
+    assert step["groups_generated"] == step["groups_with_signal"] == 2
+    assert step["rollouts"] == 2 * 3
+    assert launch_rounds(trainer) == [(2, 2)]
+
+    # Half the tasks carry signal; seed 1 shuffles one of them into the first round: each refill
+    # launches only the groups still missing after the signal already found (one, then one more).
+    mixed = trainer_for(tmp_path / "mixed", min_signal_groups=2, max_groups_per_step=4, seed=1)
+    history = mixed.fit(
+        CallableAgent(agent_at(1.0)), marked_tasks(True, False, True, False), (), signal_reward()
+    ).history
     step = next(r for r in history if r["kind"] == "train")
-    assert step["groups_with_signal"] == signal_groups(train_transitions(varied))
-    assert 2 <= step["groups_generated"] <= 4
-    assert step["groups_with_signal"] >= 2 or step["groups_generated"] == 4
+    assert step["failed_rollouts"] == 0, unfinished(mixed)
+    rounds = launch_rounds(mixed)
+    assert rounds[0] == (2, 1), rounds
+    assert_launches_only_the_missing_groups(rounds, first=2, wanted=2, cap=4)
+    assert step["groups_generated"] == sum(groups for groups, _ in rounds)
+    assert step["groups_with_signal"] == signal_groups(train_transitions(mixed)) == 2
 
 
 def test_dynamic_sampling_refills_up_to_the_cap_in_async_mode(tmp_path: Path) -> None:

@@ -1,9 +1,11 @@
 """Several policies in one run (`--policy NAME=lora:rR`): a LoRA adapter per agent label, served side by
-side by one engine, each trained on its own calls with its own optimizer and versions, checkpointed and
-resumed exactly; an agent label that maps to no policy stops the run."""
+side by one engine (each row of a mixed batch decoding exactly as its own adapter alone), each trained on
+its own calls with its own optimizer and versions, checkpointed and resumed exactly; an agent label that
+maps to no policy stops the run."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import shutil
 from collections.abc import Callable
@@ -13,9 +15,12 @@ from typing import Any
 import openai
 import pytest
 
+from tests.engines.test_transformers_engine import assert_close, make_adapter, prompt_of
 from tests.trainer.test_loop import TASKS, assert_same, learner_state, length_reward, train_rollouts
 from tests.trainer.test_loop import make_trainer as loop_trainer
 from tether.contracts import CallAttr
+from tether.engines import SamplingParams
+from tether.engines.transformers_engine import TransformersEngine
 from tether.runner import CallableAgent
 from tether.trainer.loop import Trainer, TrainerConfig
 from tether.trainer.policies import PolicySpec, PolicySpecError, check_policies, parse_policy
@@ -197,3 +202,48 @@ def test_async_two_policies_judge_staleness_by_each_policys_own_version(tmp_path
     assert all(r["samples.writer"] == r["samples.rewriter"] == 8 for r in train)
     assert [r["policy_version.writer"] for r in train] == [1, 2, 3]
     assert all(r["stale_dropped"] == 0 and r["staleness_mean"] == 0 for r in train)
+
+
+async def test_each_row_of_a_mixed_batch_decodes_as_its_own_adapter_alone(
+    tiny_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two policies' adapters in one batch of the built-in engine, on the same prompts: each row's tokens
+    and logprobs are those its own adapter gives decoded alone (and the two adapters decode differently,
+    so a row run with the other's adapter shows)."""
+    engine = TransformersEngine(str(tiny_path), max_batch_size=4)
+    try:
+        for seed, spec in enumerate(POLICIES, start=1):
+            engine.load_adapter(str(make_adapter(tiny_path, tmp_path / spec.name, seed)), policy=spec.name)
+        names = [spec.name for spec in POLICIES]
+        prompts = [prompt_of(engine, text) for text in ("first prompt", "the second one")]
+        params = SamplingParams(max_tokens=12, temperature=0)
+        alone = {
+            (p, n): (await engine.generate(prompt, params, policy=n))[0]
+            for p, prompt in enumerate(prompts)
+            for n in names
+        }
+        for p in range(len(prompts)):
+            assert alone[(p, names[0])].token_ids != alone[(p, names[1])].token_ids
+
+        batches = forward_batches(engine, monkeypatch)
+        rows = [(p, n) for p in range(len(prompts)) for n in names]
+        together = await asyncio.gather(*(engine.generate(prompts[p], params, policy=n) for p, n in rows))
+        assert any(set(names) <= set(batch) for batch in batches), batches  # really one mixed batch
+        for row, (generation, _) in zip(rows, together, strict=True):
+            assert generation.token_ids == alone[row].token_ids, row
+            assert_close(generation.logprobs, alone[row].logprobs)
+    finally:
+        engine.close()
+
+
+def forward_batches(engine: TransformersEngine, monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """From now on, the policies of every forward pass's rows, pass by pass."""
+    seen: list[list[str]] = []
+    forward = engine._forward
+
+    def recording(policies: list[str], **inputs: Any) -> Any:
+        seen.append(list(policies))
+        return forward(policies, **inputs)
+
+    monkeypatch.setattr(engine, "_forward", recording)
+    return seen

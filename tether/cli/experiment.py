@@ -15,6 +15,7 @@ from rich.console import Console
 
 from tether.cli.common import begin_run, open_cli_store, runner_pools, serving_policy
 from tether.cli.placement import open_placement
+from tether.cli.quota_args import agent_quota
 from tether.gateway.upstreams import Upstream
 from tether.project import Project
 from tether.runner.runner import PoolFactory
@@ -45,7 +46,12 @@ class Experiment:
         with (
             serving_policy(args, console, placement=self.placement) as policy,
             local_stack(
-                self.store, self.authority, [policy, *upstreams], routes=routes, host=self.placement.host
+                self.store,
+                self.authority,
+                [policy, *upstreams],
+                routes=routes,
+                host=self.placement.host,
+                agent_quota=agent_quota(args),
             ) as stack,
         ):
             yield stack

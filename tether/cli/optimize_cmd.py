@@ -28,6 +28,7 @@ from tether.algorithms.prompt_search import (
 from tether.cli.common import add_policy_args, add_ray_args, add_run_args, add_runner_kind_args, add_store_arg
 from tether.cli.experiment import open_experiment
 from tether.cli.progress import progress_bar
+from tether.cli.quota_args import add_agent_quota_args
 from tether.cli.rollout_cmd import add_runner_args, command_settings, load_inputs, runner_config
 from tether.cli.secrets import OPTIMIZER_KEY, add_secret_arg, secret_value
 from tether.contracts import DEFAULT_ROUTE, POLICY_UPSTREAM, PROMPT_ALGORITHMS
@@ -94,6 +95,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--seed", type=int, default=0)
     add_run_args(parser)
     add_store_arg(parser)
+    add_agent_quota_args(parser)
     add_ray_args(parser)
     parser.set_defaults(command_main=run)
 

@@ -24,7 +24,9 @@ def add_reward_args(parser: argparse.ArgumentParser) -> None:
         "--judge-url grades each rollout against the rubric (reward 'judge', 0 to 1). judge-rank:RUBRIC.md "
         "(tether train): the judge scores each group's rollouts together, relative to one another (reward "
         "'judge_rank', the training reward; held-out rollouts are scored by the other --reward sources). "
-        'http(s)://URL: a reward-model server, POSTed {"task", "output", "calls"}, answering '
+        'http(s)://URL: a reward-model server, POSTed {"task", "output", "calls", "agent_reported"} '
+        "(calls: the model calls the gateway recorded; agent_reported: the spans the agent sent itself), "
+        "answering "
         '{"reward": X} or {"rewards": {NAME: X}}',
     )
     parser.add_argument(

@@ -20,6 +20,7 @@ from rich.text import Text
 from tether.cli.common import add_policy_args, add_ray_args, add_run_args, add_runner_kind_args, add_store_arg
 from tether.cli.experiment import open_experiment
 from tether.cli.progress import progress_bar
+from tether.cli.quota_args import add_agent_quota_args
 from tether.cli.reward_args import add_reward_args, reward_setting, rewards_from_args
 from tether.cli.sandbox_args import add_sandbox_args, sandbox_from_args
 from tether.cli.text import shown
@@ -64,6 +65,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--mode", default="train", help="label stored on the rollouts (train, val, ...)")
     add_run_args(parser)
     add_store_arg(parser)
+    add_agent_quota_args(parser)
     add_ray_args(parser)
     parser.set_defaults(command_main=run)
 

@@ -5,39 +5,53 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import logging
 import os
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from tether.project import Project
 from tether.rewards import evaluator_files
-from tether.runner.agents import PRIVATE_VARIABLES
+from tether.runner.agents import PRIVATE_VARIABLES, agent_identity
 from tether.runner.sandbox import (
     SANDBOXES,
+    BwrapSandbox,
     Sandbox,
+    SandboxError,
     SandboxLimits,
     SandboxOptions,
     open_sandbox,
     project_hide,
-    python_environment,
 )
+from tether.store.backends import StoreURLError, scheme_of, sqlite_path
 
+log = logging.getLogger(__name__)
+AUTO = "auto"
 DEFAULTS = SandboxLimits()
 # The options that only mean something with a sandbox.
-SANDBOX_ONLY = ("--sandbox-env", "--sandbox-hide", "--sandbox-cpu", "--sandbox-memory", "--sandbox-processes")
+SANDBOX_ONLY = (
+    "--sandbox-env",
+    "--sandbox-hide",
+    "--sandbox-show",
+    "--sandbox-cpu",
+    "--sandbox-memory",
+    "--sandbox-processes",
+)
 
 
 def add_sandbox_args(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("sandbox (--sandbox bwrap, see docs/security.md)")
+    group = parser.add_argument_group("sandbox (see docs/security.md)")
     group.add_argument(
         "--sandbox",
-        choices=SANDBOXES.kinds(),
-        default="none",
-        help="none: agents are ordinary child processes; bwrap: each runs under bubblewrap with its own "
-        "PID, IPC, mount and network namespaces, an allow-listed environment, the file system read-only "
-        "but for its scratch directory, the project's state and the task and evaluator files hidden, "
-        "resource limits, and no network but the gateway",
+        choices=[AUTO, *SANDBOXES.kinds()],
+        default=AUTO,
+        help="bwrap: each agent runs under bubblewrap with its own PID, IPC, mount and network namespaces, "
+        "an allow-listed environment, a read-only view of the system, its interpreter and its own folder "
+        "(nothing else of the host), a writable scratch directory, resource limits, and no network but "
+        "the gateway; none: agents are ordinary child processes that can read and write what Tether can; "
+        f"{AUTO} (the default): bwrap where it runs here, else none with one line saying why",
     )
     group.add_argument(
         "--sandbox-env",
@@ -52,7 +66,16 @@ def add_sandbox_args(parser: argparse.ArgumentParser) -> None:
         metavar="PATH",
         action="append",
         default=[],
-        help="a file or directory sandboxed agents must not see (repeatable), e.g. ~/.ssh",
+        help="a file or directory sandboxed agents must not see (repeatable), inside what they are shown",
+    )
+    group.add_argument(
+        "--sandbox-show",
+        metavar="PATH",
+        action="append",
+        default=[],
+        help="a file or directory sandboxed agents see, read-only (repeatable): they see the system's "
+        "/usr, /lib*, /bin and /etc (less what only root may read), their interpreter or virtual "
+        "environment, the folders of the files their command names, and nothing else of the host",
     )
     limits = (
         ("--sandbox-cpu", "SECONDS", f"CPU seconds per agent process (RLIMIT_CPU; default {DEFAULTS.cpu_s})"),
@@ -72,10 +95,12 @@ def sandbox_from_args(
     args: argparse.Namespace, evaluator: Callable[..., Any] | None, *others: Any
 ) -> Sandbox | None:
     """The sandbox the options ask for (None: none). Raises ValueError naming what is wrong."""
+    if args.sandbox == AUTO:
+        args.sandbox = auto_kind(args)
     if args.sandbox == "none":
         given = [flag for flag in SANDBOX_ONLY if getattr(args, flag[2:].replace("-", "_"), None)]
         if given:
-            raise ValueError(f"{given[0]} is an option of the sandbox: add --sandbox bwrap")
+            raise ValueError(f"{given[0]} is an option of the sandbox, which --sandbox none turns off")
         return None
     if getattr(args, "runner", "local") != "local" or getattr(args, "ray", None):
         raise ValueError(
@@ -85,10 +110,35 @@ def sandbox_from_args(
     private = sorted(set(args.sandbox_env) & PRIVATE_VARIABLES)
     if private:
         raise ValueError(f"--sandbox-env {private[0]}: Tether's own settings and secrets never reach agents")
+    shown = tuple(os.path.abspath(os.path.expanduser(p)) for p in args.sandbox_show)
+    missing = [path for path in shown if not os.path.exists(path)]
+    if missing:
+        raise ValueError(f"--sandbox-show {missing[0]}: no such file or directory")
     options = SandboxOptions(
-        limits_from_args(args), tuple(args.sandbox_env), hidden_paths(args, evaluator, *others)
+        limits_from_args(args), tuple(args.sandbox_env), hidden_paths(args, evaluator, *others), show=shown
     )
     return open_sandbox(args.sandbox, options)
+
+
+def auto_kind(args: argparse.Namespace) -> str:
+    """`--sandbox auto`: bwrap for agents launched here, wherever it can run (one line saying why not
+    where it cannot); none where the agents run elsewhere (a Job's pod, a Ray worker)."""
+    if getattr(args, "runner", "local") != "local" or getattr(args, "ray", None):
+        return "none"
+    identity = agent_identity(args.agent_user) if getattr(args, "agent_user", None) else {}
+    try:
+        BwrapSandbox().check(identity)
+    except SandboxError as exc:
+        given = [flag for flag in SANDBOX_ONLY if getattr(args, flag[2:].replace("-", "_"), None)]
+        if given:
+            raise ValueError(f"{given[0]} needs the sandbox, which cannot run here: {exc}") from None
+        log.warning(
+            "agents run WITHOUT a sandbox (they can read and write what Tether can): %s; "
+            "--sandbox none says so on purpose",
+            exc,
+        )
+        return "none"
+    return "bwrap"
 
 
 def limits_from_args(args: argparse.Namespace) -> SandboxLimits:
@@ -101,19 +151,40 @@ def limits_from_args(args: argparse.Namespace) -> SandboxLimits:
 def hidden_paths(
     args: argparse.Namespace, evaluator: Callable[..., Any] | None, *others: Any
 ) -> tuple[str, ...]:
-    """What the agent must not see: the project (or its `.tether/` when the agent needs the rest), the
-    task files (their answers) and the sources of the evaluator and other reward sources (a ranking
-    judge's rubric), and what the user names."""
-    needed = [*agent_files(args.agent), *python_environment()]
-    if args.agent_cwd:
-        needed.append(os.path.abspath(args.agent_cwd))
+    """What the agent must not see, wherever it falls inside what it is shown: the project's `.tether/`
+    and `.git/`, the store's files, the task files (their answers), the evaluator's and other reward
+    sources' folders (their data files; only their own files when the agent's code shares the
+    folder), and what the user names."""
     project = Project.at(getattr(args, "project_dir", None))
-    hide = [str(path) for path in project_hide(project.root, needed)]
+    hide = [str(path) for path in project_hide(project.root)]
+    hide += store_files(getattr(args, "store", None), project.root)
     hide += [os.path.abspath(f) for f in (args.tasks, getattr(args, "val_tasks", None)) if f]
-    hide += [
-        source for part in (evaluator, *others) for source in evaluator_files(part) if source not in needed
-    ]
+    hide += scorer_paths([evaluator, *others], agent_files(args.agent))
     return tuple([*hide, *(os.path.abspath(os.path.expanduser(p)) for p in args.sandbox_hide)])
+
+
+def store_files(url: str | None, project_root: Path) -> list[str]:
+    """A SQLite store's file and its `-wal`, `-shm` and `-journal` beside it."""
+    if url is None or scheme_of(url) != "sqlite":
+        return []
+    try:
+        path = os.path.abspath(sqlite_path(url, project_root))
+    except StoreURLError:
+        return []
+    return [path, *(path + suffix for suffix in ("-wal", "-shm", "-journal"))]
+
+
+def scorer_paths(scorers: Sequence[Any], agent: Sequence[str]) -> list[str]:
+    """The folders the scorers' code lives in, or only their files where the agent's own code does too."""
+    folders = {os.path.realpath(os.path.dirname(path)) for path in agent}
+    hide: list[str] = []
+    for part in scorers:
+        for source in evaluator_files(part):
+            if source in agent:
+                continue
+            folder = os.path.dirname(os.path.abspath(source))
+            hide.append(source if os.path.realpath(folder) in folders else folder)
+    return hide
 
 
 def agent_files(template: str) -> list[str]:

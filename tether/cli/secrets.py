@@ -3,9 +3,10 @@
 Any process on the machine reads any other's command line (`/proc/PID/cmdline`, `ps`), an agent run as
 another user (`--agent-user`) included; another user's environment (`/proc/PID/environ`) and a `0600`
 file it cannot read. So keys and passwords come from the environment or a file: an option that would
-carry one (`--upstream-key KEY`, `--token TOKEN`, a URL with a password in it) is refused with the fix,
-before anything runs. The variables are named in `tether/contracts.py` (`SECRET_ENV`), and agents never
-inherit them (`tether/runner/agents.py`).
+carry one (`--upstream-key KEY`, `--token TOKEN`, a URL with a password or a key in it, as user info or
+as a parameter: `postgresql://db/x?password=PW`, `https://api/v1?api_key=K`; a libpq `password=PW`
+string as a store) is refused with the fix, before anything runs. The variables are named in
+`tether/contracts.py` (`SECRET_ENV`), and agents never inherit them (`tether/runner/agents.py`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 from tether.contracts import JUDGE_KEY_ENV, OPTIMIZER_KEY_ENV, TEACHER_KEY_ENV, UPSTREAM_KEY_ENV
 from tether.store.backends import STORE_ENV, TOKEN_ENV
@@ -55,9 +56,11 @@ TEACHER_KEY = SecretOption("--teacher-key", TEACHER_KEY_ENV, "the API key for --
 # Not --token-file: `tether store migrate --to` would then be an ambiguous abbreviation.
 STORE_TOKEN = SecretOption("--token", TOKEN_ENV, "the admin token of an http(s) store", "--admin-token-file")
 
-# What to do instead of a password in the URL of an option; any other option: DEFAULT_FIX.
+# What to do instead of a secret in the URL of an option (abbreviated or not); any other option: DEFAULT_FIX.
+STORE_FIX = f"set {STORE_ENV}=URL in the environment instead, or drop the password from the URL: {PGPASS}"
 URL_FIXES = {
-    "--store": f"set {STORE_ENV}=URL in the environment instead, or drop the password from the URL: {PGPASS}",
+    "--store": STORE_FIX,
+    "--url": STORE_FIX,  # `tether store`'s older spelling of --store
     "--from": f"drop the password from the URL: {PGPASS}",
     "--to": f"drop the password from the URL: {PGPASS}",
     "--upstream": f"drop it from the URL: {UPSTREAM_KEY.fix()}",
@@ -65,10 +68,23 @@ URL_FIXES = {
     "--judge-url": f"drop it from the URL: {JUDGE_KEY.fix()}",
     "--teacher": f"drop it from the URL: {TEACHER_KEY.fix()}",
 }
+STORE_OPTIONS = ("--store", "--url", "--from", "--to")  # they take libpq's URLs, so its strings too
 DEFAULT_FIX = "give the URL without its credentials"
 VLLM_FIX = "vLLM reads its API key from VLLM_API_KEY in the environment"
 SECRET_FLAG = re.compile(r"^--?[\w.-]*(key|token|password|secret)(=|$)", re.IGNORECASE)
 OPTION = re.compile(r"^(--[\w-]+)(?:=(.*))?$", re.DOTALL)  # --flag, or --flag=value
+# A URL parameter (query or fragment) that carries a secret, by its name (lowercased, `-` read as `_`):
+# libpq's password options and the usual names of keys and tokens, whole, or ending in one of SECRET_ENDINGS
+# (`client_secret`, `x-api-key`). So `sslkey` (the path of a file) and `cache_key` are none.
+SECRET_PARAMS = frozenset(
+    {"password", "passwd", "pwd", "pass", "sslpassword", "passfile", "secret", "token", "access_token"}
+    | {"key", "apikey", "api_key", "sig", "signature", "credential", "credentials"}
+)
+SECRET_ENDINGS = tuple(
+    f"_{name}" for name in "password passwd pwd secret token api_key apikey access_key secret_key".split()
+)
+# libpq's keyword/value connection string (`host=db password=PW`): its options that carry a password.
+CONNINFO_SECRET = re.compile(r"(?:^|\s)(password|sslpassword|passfile)\s*=", re.IGNORECASE)
 
 
 class _Refused(argparse.Action):
@@ -108,9 +124,10 @@ def secret_value(args: argparse.Namespace, secret: SecretOption) -> str | None:
 
 
 def refuse_secrets(argv: Sequence[str]) -> None:
-    """Every word of the command line that is a URL with a password (`scheme://user:password@host`, also
-    as `--option=URL`, the URL of `ALIAS=URL` or one of a comma-separated list), and a key in
-    `--vllm-args`, is refused, naming the option and the fix (never the password). Checked before the
+    """Every word of the command line that carries a secret (`secret_in`: a URL with a password or a
+    secret parameter, also as `--option=URL`, the URL of `ALIAS=URL`, one of a comma-separated list or
+    a word of a longer value; for a store option, also libpq's `password=` strings), and a key in
+    `--vllm-args`, is refused, naming the option and the fix (never the secret). Checked before the
     command line is parsed, so that no usage error repeats the secret either."""
     prog = "tether" + (f" {argv[0]}" if argv and not argv[0].startswith("-") else "")
     option = "an argument"
@@ -124,9 +141,11 @@ def refuse_secrets(argv: Sequence[str]) -> None:
 
 
 def _check_value(option: str, value: str, prog: str) -> None:
-    if any(_has_password(text) for text in _texts(value)):
-        fix = URL_FIXES.get(option, DEFAULT_FIX)
-        raise SystemExit(f"{prog}: {option} has a password in its URL, {WHY}: {fix}")
+    found = next(filter(None, map(secret_in, _texts(value))), None)
+    if found is None and _names_a_store(option):
+        found = conninfo_secret(value)
+    if found is not None:
+        raise SystemExit(f"{prog}: {option} has {found}, {WHY}: {_fix(option)}")
     if option != "--vllm-args":
         return
     for word in shlex.split(value):
@@ -138,14 +157,48 @@ def _check_value(option: str, value: str, prog: str) -> None:
 
 
 def _texts(value: str) -> Iterator[str]:
-    for item in value.split(","):
-        yield item.strip()
-        yield item.partition("=")[2].strip()  # the URL of ALIAS=URL
+    """The value, each of its comma-separated items and whitespace-separated words, and the URL of
+    each `ALIAS=URL` among them."""
+    for text in dict.fromkeys([value, *value.split(","), *value.split()]):
+        yield text.strip()
+        yield text.partition("=")[2].strip()
 
 
-def _has_password(text: str) -> bool:
+def _names_a_store(option: str) -> bool:
+    return len(option) > 2 and any(name.startswith(option) for name in STORE_OPTIONS)
+
+
+def _fix(option: str) -> str:
+    """The fix for `option`, or for the option it abbreviates (argparse takes any unique prefix)."""
+    meant = [name for name in URL_FIXES if name.startswith(option)]
+    return URL_FIXES.get(option) or (URL_FIXES[meant[0]] if len(meant) == 1 else DEFAULT_FIX)
+
+
+def secret_in(text: str) -> str | None:
+    """How `text`, if a URL, carries a secret, in words that never repeat it: a password in its user
+    info (`scheme://user:password@host`), or a parameter named as a secret in its query or fragment
+    (`?password=`, `&sslpassword=`, `#access_token=`, percent-encoded or not, as libpq reads them). None
+    when it carries none, or is no URL."""
     try:
         parts = urlsplit(text)
-        return bool(parts.scheme and parts.netloc and parts.password)
+        if not parts.scheme or "://" not in text:
+            return None
+        if parts.password:
+            return "a password in its URL"
     except ValueError:  # not a URL at all (e.g. an unbalanced [ in a host)
-        return False
+        return None
+    for name, _ in [*parse_qsl(parts.query), *parse_qsl(parts.fragment)]:
+        if is_secret_param(name):
+            return f"a secret in its URL (its {name.strip()!r} parameter)"
+    return None
+
+
+def is_secret_param(name: str) -> bool:
+    words = name.strip().lower().replace("-", "_")
+    return words in SECRET_PARAMS or f"_{words}".endswith(SECRET_ENDINGS)
+
+
+def conninfo_secret(value: str) -> str | None:
+    """How a libpq keyword/value connection string (`host=db password=PW`) carries a password, or None."""
+    found = CONNINFO_SECRET.search(value)
+    return None if found is None else f"a password in its connection string ({found.group(1).lower()}=)"

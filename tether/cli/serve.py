@@ -12,6 +12,7 @@ import uvicorn
 from rich.console import Console
 
 from tether.cli.common import add_policy_args, add_store_arg, open_cli_store, serving_policy
+from tether.cli.quota_args import add_agent_quota_args, agent_quota
 from tether.compose import create_app
 from tether.contracts import DEFAULT_ROUTE, POLICY_UPSTREAM
 from tether.dashboard import DashboardConfig
@@ -73,6 +74,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "rollout requeued (checked at start, so a restart recovers what was running, then periodically)",
     )
     add_limit_args(parser)
+    add_agent_quota_args(parser)
     parser.set_defaults(command_main=run)
 
 
@@ -149,7 +151,9 @@ def run(args: argparse.Namespace) -> int:
     sweeper = StaleSweeper(store, args.heartbeat_timeout)
     authority = project.authority()
     token_path = project.write_admin_token(authority)
-    config = GatewayConfig(routes=routes, max_tokens_cap=args.max_tokens_cap, n_cap=args.n_cap)
+    config = GatewayConfig.for_agents(
+        agent_quota(args), routes=routes, max_tokens_cap=args.max_tokens_cap, n_cap=args.n_cap
+    )
     gateway = Gateway(store, authority, config)
     policy = contextlib.ExitStack()  # vLLM, when it serves the policy, stops with the server
     upstream = policy.enter_context(serving_policy(args, console, project.state_dir / "logs"))

@@ -19,6 +19,7 @@ from tether.cli.common import (
 from tether.cli.experiment import open_experiment
 from tether.cli.plot_cmd import plot
 from tether.cli.progress import held_out_score, step_progress
+from tether.cli.quota_args import add_agent_quota_args, agent_quota
 from tether.cli.reward_args import reward_setting, rewards_from_args
 from tether.cli.rollout_cmd import AGENT_REWARDS, add_runner_args, load_inputs, warn_if_the_agent_user_reads
 from tether.cli.secrets import TEACHER_KEY, add_secret_arg, secret_value
@@ -212,6 +213,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_sampling_args(parser)
     add_curriculum_args(parser)
     add_store_arg(parser)
+    add_agent_quota_args(parser)
     add_ray_args(parser, learner=True)
     parser.set_defaults(command_main=run, n_workers=None, rank_groups=True)
 
@@ -411,6 +413,7 @@ def run(args: argparse.Namespace) -> int:
             max_groups_per_step=args.max_groups_per_step,
             curriculum=curriculum_config(args),
             teacher=_teacher(args),
+            agent_quota=agent_quota(args),
         )
     except ValueError as exc:
         raise SystemExit(f"tether train: {exc}") from None

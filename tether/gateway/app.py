@@ -38,10 +38,11 @@ from tether.gateway.request_checks import DEFAULT_MAX_TOKENS_CAP, DEFAULT_N_CAP,
 from tether.gateway.rollouts import RolloutCache
 from tether.gateway.spans import call_span
 from tether.gateway.upstreams import CallKind, CallRecord, StreamAborted, Upstream, record_of_events, sse
-from tether.limits import MAX_BODY_BYTES, BodyTooLarge, read_bounded
+from tether.limits import MAX_BODY_BYTES, AgentQuota, BodyTooLarge, read_bounded, too_large_message
 from tether.store.auth import AuthError, Caller, TokenAuthority, authenticate, bearer_token
 from tether.store.base import InvalidValue, Store, StoreError
 from tether.store.models import Rollout, RolloutStatus, Span
+from tether.store.span_quota import SpanLedger
 
 CALL_PREFIXES = ("/v1", "/rollouts/{rollout_id}/v1", "/rollouts/{rollout_id}/attempts/{attempt}/v1")
 # What a model-call route serves: a chat or completions call, or another API translated to a chat call.
@@ -85,6 +86,14 @@ class GatewayConfig:
     # one call may ask for; above them a call is refused with a 400 (see `tether.gateway.request_checks`).
     max_tokens_cap: int = DEFAULT_MAX_TOKENS_CAP
     n_cap: int = DEFAULT_N_CAP
+    # The spans an agent may send over its attempt (the store API, OTLP); its calls recorded here are
+    # not counted. Its `max_request_bytes` is what `for_agents` sets `max_body_bytes` from.
+    agent_quota: AgentQuota = field(default_factory=AgentQuota)
+
+    @classmethod
+    def for_agents(cls, quota: AgentQuota, **settings: Any) -> GatewayConfig:
+        """A config whose body cap and span quota are `quota`'s."""
+        return cls(max_body_bytes=quota.max_request_bytes, agent_quota=quota, **settings)
 
 
 class Gateway:
@@ -94,6 +103,7 @@ class Gateway:
         self.config = config or GatewayConfig()
         self.upstreams: dict[str, Upstream] = {}
         self.recorder = SpanRecorder(store)
+        self.span_ledger = SpanLedger(store, self.config.agent_quota)  # what agents send, not `recorder`
         self.rollouts = RolloutCache(store)
         self.metrics = GatewayMetrics()
         self.unrouted: Counter[str] = Counter()  # model names refused for want of a route, with counts
@@ -469,6 +479,4 @@ def error_response(kind: RouteKind, error: GatewayError) -> Response:
 
 
 def _too_large(limit: int) -> GatewayError:
-    return GatewayError(
-        413, f"the request body is larger than the {limit // 1024} KiB limit", code="request_too_large"
-    )
+    return GatewayError(413, too_large_message(limit), code="request_too_large")

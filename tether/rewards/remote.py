@@ -3,7 +3,11 @@
 The contract, one POST per rollout with a JSON body
 
     {"task": {...the whole task, reference included...}, "output": "...final line..." or null,
-     "calls": [{"request": {...chat request as the agent sent it...}, "reply": "...text..."}, ...]}
+     "calls": [{"request": {...chat request as the agent sent it...}, "reply": "...text..."}, ...],
+     "agent_reported": [{"name": "...", "status": "...", "status_message": ..., "attributes": {...}}, ...]}
+
+`calls` are the model calls the gateway recorded; `agent_reported` the spans the agent sent about itself
+(tool runs, claimed calls), as it sent them: nobody checked those (`evidence.py`).
 
 answered 200 with `{"reward": X}` or `{"rewards": {"NAME": X, ...}}` (finite numbers). A failed
 connection, a timeout, a 429 or a 5xx is retried `retries` times; any other status, or an answer out of
@@ -13,26 +17,15 @@ the contract, fails that rollout's reward with the server's words quoted, never 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
-from tether.contracts import is_call_span
+from tether.rewards.evidence import recorded_calls, reported_spans
 from tether.rewards.judge import RETRIED_STATUS, timed_out
 from tether.runner.rewards import RewardError
 from tether.store.models import Span
-
-
-def call_summaries(trace: Sequence[Span]) -> list[dict[str, Any]]:
-    """Each model call of the trace: the request the agent sent and the reply's text."""
-    calls = []
-    for span in trace:
-        if is_call_span(span.name):
-            choice = (span.attributes.get("choices") or [{}])[0]
-            calls.append({"request": span.attributes.get("request"), "reply": choice.get("text")})
-    return calls
 
 
 def read_verdict(answer: Any) -> dict[str, float]:
@@ -61,7 +54,12 @@ class RemoteReward:
     retries: int = 2
 
     def __call__(self, task: dict[str, Any], output: str | None, trace: list[Span]) -> dict[str, float]:
-        body = {"task": task, "output": output, "calls": call_summaries(trace)}
+        body = {
+            "task": task,
+            "output": output,
+            "calls": recorded_calls(trace),
+            "agent_reported": reported_spans(trace),
+        }
         problem, tries = "", 0
         with httpx.Client(timeout=self.timeout_s) as client:
             for _ in range(self.retries + 1):

@@ -8,6 +8,11 @@ which the trainer applies once a group is done),
 an evaluator to the runner, `(task, output, trace) -> number | {name: number} | Scored`, scored in the
 worker's thread while other rollouts run. Several sources are `Combined`: their named rewards together,
 and with weights (`--reward-weights format=0.2,judge=0.8`) their weighted sum as the reward `reward`.
+
+Judges and reward servers are shown the model calls the gateway recorded apart from what the agent
+reported about itself (`evidence.py`). A Python evaluator gets the whole trace: a span's `origin` says
+who recorded it (`gateway`: a call the gateway served; `agent`: anything the agent sent, whatever it
+claims), and `tether.rewards.evidence.split_evidence` sorts it the same way.
 """
 
 from __future__ import annotations

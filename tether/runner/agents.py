@@ -136,7 +136,7 @@ class CommandAgent:
         self.env = dict(env or {})
         self.user = user
         # The user, group and extra_groups of create_subprocess_exec: uid, primary gid, no other group.
-        self.identity: dict[str, Any] = {} if user is None else _identity(user)
+        self.identity: dict[str, Any] = {} if user is None else agent_identity(user)
         self.sandbox: Sandbox = sandbox or NoSandbox()
         self.sandbox.check(self.identity)  # bad setup fails here, before any rollout
         self.warm = _warm_for(warm, self.sandbox, cwd)
@@ -342,7 +342,7 @@ def _absolute_if_path(part: str) -> str:
     return os.path.abspath(part)
 
 
-def _identity(user: str) -> dict[str, Any]:
+def agent_identity(user: str) -> dict[str, Any]:
     """Who an agent runs as: `user`'s uid and primary gid, and no supplementary group at all (root's gid 0
     among them, which `user=` alone would keep). A user whose primary group is 0 is refused."""
     try:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tether.contracts import CallAttr, Meta, is_call_span
+from tether.limits import ATTEMPT_SPANS_READ
 from tether.store.base import Store
 from tether.store.models import Rollout, RolloutRequest, RolloutStatus
 from tether.store.reward_rule import rollout_final_reward
@@ -53,7 +54,8 @@ def read_outcome(store: Store, rollout: Rollout) -> RolloutOutcome:
     """A finished rollout's outcome, as the store has it."""
     attempt = rollout.attempt_count
     reward = rollout_final_reward(rollout, store.query_rewards(rollout.id), attempt or None)
-    spans = store.query_spans(rollout_id=rollout.id, attempt=attempt, limit=1_000_000) if attempt else []
+    read = ATTEMPT_SPANS_READ
+    spans = store.query_spans(rollout_id=rollout.id, attempt=attempt, limit=read) if attempt else []
     calls = [s for s in spans if is_call_span(s.name)]
     tokens = sum(int((s.attributes.get(CallAttr.USAGE) or {}).get("completion_tokens") or 0) for s in calls)
     return RolloutOutcome(

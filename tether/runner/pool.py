@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import orjson
 
 from tether.contracts import agent_task
+from tether.limits import ATTEMPT_SPANS_READ
 from tether.runner.agents import LLM, Agent, AgentResult
 from tether.runner.rewards import AIRRules, Evaluator, RewardError, air_rewards, attributed, evaluate
 from tether.store.auth import TokenAuthority
@@ -197,7 +198,7 @@ class WorkerPool:
 
     async def _finish(self, rollout: Rollout, attempt: int, result: AgentResult) -> None:
         spans = await asyncio.to_thread(
-            self.store.query_spans, rollout_id=rollout.id, attempt=attempt, limit=1_000_000
+            self.store.query_spans, rollout_id=rollout.id, attempt=attempt, limit=ATTEMPT_SPANS_READ
         )
         rewards: list[Reward] = air_rewards(spans, self.config.air, rollout.id, attempt)
         error = result.error

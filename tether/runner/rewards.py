@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from tether.contracts import TASK_REFERENCE, has_reference
+from tether.contracts import TASK_REFERENCE, Origin, has_reference
 from tether.store.models import Reward, Span, Task
 
 if TYPE_CHECKING:
@@ -236,6 +236,8 @@ def air_rewards(spans: Sequence[Span], rules: AIRRules, rollout_id: str, attempt
 
     for span in spans:
         if span.name.startswith("llm."):
+            if span.origin != Origin.GATEWAY:  # a call the agent reports itself proves nothing
+                continue
             choices = _choices(span)
             if rules.truncated is not None and any(c.get("finish_reason") == "length" for c in choices):
                 add("truncated", rules.truncated, span)

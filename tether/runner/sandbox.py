@@ -23,7 +23,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -31,10 +31,10 @@ from urllib.parse import urlsplit
 
 from tether.registry import Registry
 from tether.runner import sandbox_relay
+from tether.runner.sandbox_view import EMPTY, Layout, existing, mounts, shown_paths
 
 RELAY_SOURCE = Path(sandbox_relay.__file__)
 CHECK_TIMEOUT_S = 30.0
-EMPTY = "empty"
 
 
 class SandboxError(ValueError):
@@ -94,16 +94,13 @@ class SandboxOptions:
     limits: SandboxLimits = SandboxLimits()
     env_names: tuple[str, ...] = ()  # more variables of Tether's environment to pass (--sandbox-env)
     hide: tuple[str, ...] = ()  # paths the agent must not see (the project's state, task files, ...)
+    show: tuple[str, ...] = ()  # more paths it sees, read-only (--sandbox-show)
     executable: str = "bwrap"
 
 
 # What every sandboxed agent gets from Tether's environment, besides Tether's own variables for it.
 PASSED_NAMES = frozenset({"PATH", "LANG", "LANGUAGE", "TZ", "TERM"})
 PASSED_PREFIXES = ("LC_",)
-# Directories every process may write to or leave sockets in, emptied in the sandbox: other rollouts'
-# scratch directories, Tether's, PostgreSQL's and the Docker daemon's sockets live there.
-SHARED_DIRS = ("/tmp", "/var/tmp", "/run")
-SHM_BYTES = 64 * 1024 * 1024
 INNER_FALLBACK_PORT = 8080  # the gateway's own port unless it is privileged (< 1024) inside the sandbox
 # A process without CAP_SETFCAP may not map uid 0 into a user namespace it creates (Linux 5.12 and later),
 # so as root a warm zygote, which has no capability, is this uid in its sandbox (still root outside).
@@ -122,17 +119,6 @@ NO_PYTHON = (
     "--sandbox bwrap: none of {tried} runs inside the sandbox as {who} (needed for its network relay): "
     "install python3 where that user can run it"
 )
-
-
-@dataclass(frozen=True)
-class Layout:
-    """Where things are, for one sandbox."""
-
-    scratch: str
-    relay_dir: str
-    hide: tuple[str, ...] = ()
-    files: tuple[str, ...] = ()  # files the command names, kept visible under emptied directories
-    kept: tuple[str, ...] = ()  # virtual environments the command runs from, kept visible there too
 
 
 @dataclass(frozen=True)
@@ -189,8 +175,8 @@ class BwrapSandbox:
         """Run `argv` in a sandbox laid out as an agent's; None when it ran, else bwrap's last line."""
         with tempfile.TemporaryDirectory(prefix="tether-sandbox-check-") as folder:
             _own(folder, identity)
-            files, kept = _kept_visible(_named_paths([ready.python] if ready.python else [], None), ())
-            layout = Layout(_mkdir(folder, "scratch"), _mkdir(folder, "relay"), files=files, kept=kept)
+            shown = shown_paths([ready.python] if ready.python else [], None, [], [], ())
+            layout = Layout(_mkdir(folder, "scratch"), _mkdir(folder, "relay"), shown=shown)
             _prepare_relay_dir(layout.relay_dir, identity)
             _own(layout.scratch, identity)
             inner = [*self._relay(ready, layout.relay_dir, None), *argv] if relay else argv
@@ -271,11 +257,11 @@ class BwrapSandbox:
         as_root = command.identity.get("user") is None and os.geteuid() == 0
         return zygote_argv(ready, self._layout(replace(command, cwd=folder), folder, []), as_root)
 
-    def _layout(self, command: Command, relay_dir: str, relay_argv: list[str]) -> Layout:
-        hide = tuple(_existing(self.options.hide))
-        named = _named_paths([*command.argv, *relay_argv], {**command.inherited, **command.env}.get("PATH"))
-        files, kept = _kept_visible(named, hide)
-        return Layout(os.path.realpath(command.cwd), relay_dir, hide, files, kept)
+    def _layout(self, command: Command, relay_dir: str, programs: list[str]) -> Layout:
+        hide = tuple(existing(self.options.hide))
+        path_env = {**command.inherited, **command.env}.get("PATH")
+        shown = shown_paths(command.argv, path_env, programs, self.options.show, hide)
+        return Layout(os.path.realpath(command.cwd), relay_dir, hide, shown)
 
     def _relay(self, ready: Ready, relay_dir: str, port: int | None) -> list[str]:
         """The relay, which listens on the sandbox's loopback, sets the limits and runs the agent."""
@@ -334,7 +320,7 @@ def bwrap_argv(ready: Ready, layout: Layout, inner: Sequence[str]) -> list[str]:
     """The bwrap command line: namespaces, then mounts in order (a later mount covers an earlier one)."""
     argv = [ready.bwrap, *_namespaces("--unshare-pid")]
     argv += ["--disable-userns"] if ready.disable_userns else []
-    argv += _mounts(layout, ["--proc", "/proc"])
+    argv += mounts(layout, ["--proc", "/proc"])
     return [*argv, "--chdir", layout.scratch, "--", *inner]
 
 
@@ -346,41 +332,13 @@ def zygote_argv(ready: Ready, layout: Layout, as_root: bool) -> list[str]:
     child make their own, and each child then disables them): the rest as a cold sandbox's, each child
     covering the folder but for its own."""
     argv = [ready.bwrap, *_namespaces(), *(["--uid", str(ZYGOTE_UID_AS_ROOT)] if as_root else [])]
-    return [*argv, *_mounts(layout, ["--bind", "/proc", "/proc"]), "--chdir", "/", "--"]
+    return [*argv, *mounts(layout, ["--bind", "/proc", "/proc"]), "--chdir", "/", "--"]
 
 
 def _namespaces(*more: str) -> list[str]:
     argv = ["--unshare-user", "--unshare-ipc", *more, "--unshare-net", "--unshare-uts"]
     argv += ["--unshare-cgroup-try", "--hostname", "tether-sandbox"]
     return [*argv, "--cap-drop", "ALL", "--die-with-parent", "--new-session"]
-
-
-def _mounts(layout: Layout, proc: list[str]) -> list[str]:
-    shared = _shared_dirs()
-    argv = ["--ro-bind", "/", "/", "--dev", "/dev", "--size", str(SHM_BYTES), "--tmpfs", "/dev/shm", *proc]
-    for folder in shared:
-        argv += ["--tmpfs", folder]
-    for path in [*layout.kept, *layout.files]:
-        argv += ["--ro-bind", path, path]
-    argv += ["--ro-bind", layout.relay_dir, layout.relay_dir]
-    first = [p for p in layout.hide if not _under(p, shared)]  # what is under those is gone already
-    # the scratch and kept environments' binds show what is under them again
-    again = [p for p in layout.hide if _under(p, [layout.scratch, *layout.kept])]
-    empty = os.path.join(layout.relay_dir, EMPTY)
-    argv += _hiding(first, empty)
-    argv += ["--bind", layout.scratch, layout.scratch]
-    argv += _hiding(again, empty)
-    for folder in dict.fromkeys([*shared, *(p for p in [*first, *again] if os.path.isdir(p)), "/dev"]):
-        argv += ["--remount-ro", folder]
-    return argv
-
-
-def _hiding(paths: Iterable[str], empty: str) -> list[str]:
-    """An empty directory over each directory, an empty file over each file."""
-    argv: list[str] = []
-    for path in paths:
-        argv += ["--tmpfs", path] if os.path.isdir(path) else ["--ro-bind", empty, path]
-    return argv
 
 
 def gateway_address(env: Mapping[str, str]) -> tuple[str, int] | None:
@@ -439,54 +397,13 @@ def _mkdir(parent: str, name: str) -> str:
     return path
 
 
-def _shared_dirs() -> list[str]:
-    folders = [*SHARED_DIRS, tempfile.gettempdir()]
-    return list(dict.fromkeys(os.path.realpath(f) for f in folders if os.path.isdir(f)))
-
-
-def _existing(paths: Iterable[str]) -> list[str]:
-    return [os.path.realpath(p) for p in paths if os.path.isabs(p) and os.path.exists(p)]
-
-
-def _named_paths(argv: Sequence[str], path_env: str | None) -> list[str]:
-    """The existing files a command names, as named and resolved: its program found on PATH, and every
-    absolute argument."""
-    named = [arg for arg in argv if os.path.isabs(arg)]
-    program = shutil.which(argv[0], path=path_env) if argv and not os.path.isabs(argv[0]) else None
-    found = [os.path.abspath(p) for p in [*([program] if program else []), *named] if os.path.exists(p)]
-    return list(dict.fromkeys(q for p in found for q in (p, os.path.realpath(p))))
-
-
-def _kept_visible(named: Sequence[str], hide: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """Of the paths a command names, those under the emptied directories that stay visible: files, and
-    the whole virtual environments their interpreters belong to."""
-    visible = [p for p in named if _under(p, _shared_dirs()) and not _under(p, hide)]
-    kept = tuple(dict.fromkeys(v for p in visible if (v := _venv_root(p)) and not _under(v, hide)))
-    return tuple(p for p in visible if os.path.isfile(p) and not _under(p, kept)), kept
-
-
-def _venv_root(path: str) -> str | None:
-    """The virtual environment an interpreter `ENV/bin/python` belongs to (a symlink out of it, usually):
-    the whole environment must be there for it to start."""
-    root = os.path.dirname(os.path.dirname(path))
-    return root if os.path.isfile(os.path.join(root, "pyvenv.cfg")) else None
-
-
-def _under(path: str, folders: Iterable[str]) -> bool:
-    return any(path == f or path.startswith(f.rstrip("/") + "/") for f in folders)
-
-
 # -- what to hide, and the kinds ----------------------------------------------------------------------
 
 
-def project_hide(project_root: Path, needed: Iterable[str]) -> list[Path]:
-    """The project directory, hidden whole unless the agent needs something in it (its command's files,
-    the Python environment, Tether's own code: the default project is the current directory, often the
-    repository itself); then only its `.tether/` (store, secret, admin token, runs)."""
-    root = os.path.realpath(project_root)
-    if any(_under(p, [root]) for p in _existing(needed)):
-        return [project_root / ".tether"]
-    return [project_root]
+def project_hide(project_root: Path) -> list[Path]:
+    """What of the project no agent sees, even when its code lives in the project: Tether's state
+    (`.tether/`: store, secret, admin token, runs) and the history (`.git/`: earlier task files)."""
+    return [project_root / ".tether", project_root / ".git"]
 
 
 def python_environment() -> list[str]:

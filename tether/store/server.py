@@ -1,9 +1,9 @@
 """The store's HTTP API: every `Store` method as a JSON route under `/store`, guarded by tokens.
 
 The admin token may do everything. A rollout token may only read its own rollout (without the task's
-`reference`, which is the evaluator's only), heartbeat it, add spans and rewards for it, and read
-resources other than run records, and only until the rollout finishes. Errors are
-OpenAI-shaped: `{"error": {"message", "type", "param", "code"}}`.
+`reference`, which is the evaluator's only, nor an earlier attempt's output or error), heartbeat it,
+add spans and rewards for it, and read resources other than run records, and only until the rollout
+finishes. Errors are OpenAI-shaped: `{"error": {"message", "type", "param", "code"}}`.
 """
 
 import functools
@@ -39,12 +39,18 @@ from tether.store.auth import (
     find_rollout,
 )
 from tether.store.base import InvalidTransition, InvalidValue, NotFound, Store, StoreAuthError, StoreError
-from tether.store.models import Resource, Rollout
+from tether.store.models import Resource, Rollout, Span
 from tether.store.provenance import agent_reward, agent_span
+from tether.store.span_quota import SpanLedger, SpanQuotaError
 
 log = logging.getLogger(__name__)
 
 MAX_WAIT_S = 60.0
+# What a rollout token reads of its rollout beside the task: what was enqueued, and where its attempt stands.
+AGENT_ROLLOUT_FIELDS = frozenset(
+    {"id", "task_id", "mode", "group_id", "status", "max_attempts", "attempt_count", "created_at"}
+    | {"started_at", "metadata", "run", "key", "sample", "worker_losses"}
+)
 
 
 # -- error models -----------------------------------------------------------------------------------------
@@ -147,12 +153,14 @@ def install_store_error_handlers(app: FastAPI) -> None:
 
 class _StrictJSONRequest(Request):
     """Parses bodies with orjson, which rejects NaN/Infinity and lone surrogates that stdlib json lets in,
-    and refuses bodies larger than MAX_BODY_BYTES or nested deeper than MAX_JSON_DEPTH."""
+    and refuses bodies larger than `max_body_bytes` or nested deeper than MAX_JSON_DEPTH."""
+
+    max_body_bytes = MAX_BODY_BYTES
 
     async def body(self) -> bytes:
         if not hasattr(self, "_body"):
             try:
-                self._body = await read_bounded(self, MAX_BODY_BYTES)
+                self._body = await read_bounded(self, self.max_body_bytes)
             except BodyTooLarge as exc:
                 raise _BodyRefused(413, str(exc), "request_too_large") from None
         return self._body
@@ -177,11 +185,16 @@ class _BodyRefused(StarletteHTTPException):
 
 
 class _StrictJSONRoute(APIRoute):
+    max_body_bytes = MAX_BODY_BYTES
+
     def get_route_handler(self) -> Callable[[Request], Any]:
         handler = super().get_route_handler()
+        limit = self.max_body_bytes
 
         async def strict_handler(request: Request) -> Response:
-            return await handler(_StrictJSONRequest(request.scope, request.receive))
+            strict = _StrictJSONRequest(request.scope, request.receive)
+            strict.max_body_bytes = limit
+            return await handler(strict)
 
         return strict_handler
 
@@ -220,8 +233,13 @@ def _authenticate(store: Store, auth: TokenAuthority, token: str | None) -> Call
 
 
 def _as_seen_by(caller: Caller, rollout: Rollout) -> Rollout:
-    """A rollout as the caller may read it: an agent's token never gets the task's reference."""
-    return rollout if caller.is_admin else rollout.model_copy(update={"input": agent_task(rollout.input)})
+    """A rollout as the caller may read it: an agent's token gets the task without its reference, and
+    none of the rollout's outcome. A live token's rollout is running, so its `output`, `error` and
+    `ended_at` can only be an earlier attempt's, and an evaluator's or judge's words on a wrong answer
+    may quote the right one. Fields not in AGENT_ROLLOUT_FIELDS read as their defaults."""
+    if caller.is_admin:
+        return rollout
+    return Rollout(**rollout.model_dump(include=set(AGENT_ROLLOUT_FIELDS)), input=agent_task(rollout.input))
 
 
 def _readable(caller: Caller, resource: Resource) -> bool:
@@ -246,6 +264,8 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         (403, "Valid token outside its scope"),
         (404, "Unknown rollout, attempt or resource"),
         (409, "Status change the rollout's state does not allow"),
+        (413, "Request body, or spans in one request, larger than the limit"),
+        (429, "The attempt's span quota is used up"),
         (503, "The store database is unavailable"),
         # Documents every other error too, and keeps FastAPI from advertising its 422 body we never send.
         ("default", "Any other error"),
@@ -339,13 +359,22 @@ def _parameters(route: Route, who: Any) -> list[inspect.Parameter]:
     return [*found, parameter("who", who)]
 
 
-def create_store_router(store: Store, auth: TokenAuthority, *, max_wait_s: float = MAX_WAIT_S) -> APIRouter:
-    """All store routes, under `/store`. Include it in any app, then call `install_store_error_handlers`."""
+def create_store_router(
+    store: Store,
+    auth: TokenAuthority,
+    *,
+    max_wait_s: float = MAX_WAIT_S,
+    max_body_bytes: int = MAX_BODY_BYTES,
+    spans: SpanLedger | None = None,
+) -> APIRouter:
+    """All store routes, under `/store`. Include it in any app, then call `install_store_error_handlers`.
+    `spans`: the quota of spans a rollout token may add (shared with the app's other span routes)."""
+    ledger = spans or SpanLedger(store)
     router = APIRouter(
         prefix="/store",
         tags=["store"],
         responses=ERROR_RESPONSES,
-        route_class=_StrictJSONRoute,
+        route_class=type("_BoundedJSONRoute", (_StrictJSONRoute,), {"max_body_bytes": max_body_bytes}),
         generate_unique_id_function=lambda route: f"store_{route.name}",
     )
     bearer = HTTPBearer(auto_error=False, description="The admin token, or a rollout's own token.")
@@ -373,6 +402,8 @@ def create_store_router(store: Store, auth: TokenAuthority, *, max_wait_s: float
             arguments = _arguments(route, received)
             rule.check(who, arguments)
             method = functools.partial(getattr(store, route.method), **arguments)
+            if route.method == "add_spans" and not who.is_admin:
+                method = functools.partial(_charged, ledger, who, arguments["spans"])
             return rule.shown(who, await anyio.to_thread.run_sync(method, limiter=limiter))
 
         who = Annotated[Caller, Depends(admin if route.admin else caller)]
@@ -390,6 +421,14 @@ def create_store_router(store: Store, auth: TokenAuthority, *, max_wait_s: float
             response_model=route.answer,
         )
     return router
+
+
+def _charged(ledger: SpanLedger, who: Caller, spans: Sequence[Span]) -> None:
+    """An agent's spans, stored once its attempt's quota takes them."""
+    try:
+        ledger.add_spans(who, spans)
+    except SpanQuotaError as exc:
+        raise StoreAPIError(exc.status, exc.message, type=exc.type, code=exc.code) from None
 
 
 def create_store_app(store: Store, auth: TokenAuthority, *, max_wait_s: float = MAX_WAIT_S) -> FastAPI:

@@ -41,7 +41,7 @@ from opentelemetry.proto.trace.v1 import trace_pb2
 
 from tether.contracts import Origin
 from tether.errors import APIError
-from tether.limits import MAX_JSON_DEPTH, BodyTooLarge, read_bounded, too_deep
+from tether.limits import MAX_JSON_DEPTH, BodyTooLarge, read_bounded, too_deep, too_large_message
 from tether.store.auth import (
     DEAD,
     AuthError,
@@ -55,6 +55,7 @@ from tether.store.auth import (
 )
 from tether.store.base import InvalidValue, Store, StoreError
 from tether.store.models import Rollout, Span, SpanEvent
+from tether.store.span_quota import SpanLedger, SpanQuotaError
 
 MAX_BODY_BYTES = 16 * 1024 * 1024
 ROLLOUT_ATTRIBUTE = "tether.rollout_id"
@@ -124,9 +125,7 @@ def _media_type(request: Request) -> str:
 
 
 def _too_large(limit: int) -> OTLPError:
-    return OTLPError(
-        413, f"the request body is larger than the {limit // 1024} KiB limit", code="request_too_large"
-    )
+    return OTLPError(413, too_large_message(limit), code="request_too_large")
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
@@ -416,11 +415,15 @@ def attribute_spans(
     return spans
 
 
-def _ingest(store: Store, caller: Caller, path_rollout: str | None, data: bytes, media_type: str) -> int:
+def _ingest(
+    ledger: SpanLedger, caller: Caller, path_rollout: str | None, data: bytes, media_type: str
+) -> int:
     decode = _decode_json if media_type == JSON else _decode_protobuf
-    spans = attribute_spans(store, caller, path_rollout, decode(data))
-    if spans:
-        store.add_spans(spans)
+    spans = attribute_spans(ledger.store, caller, path_rollout, decode(data))
+    if spans and caller.is_admin:
+        ledger.store.add_spans(spans)
+    elif spans:  # an agent's, within its attempt's quota
+        ledger.add_spans(caller, spans)
     return len(spans)
 
 
@@ -448,7 +451,8 @@ _RESPONSES: dict[int | str, dict[str, Any]] = {
     401: {"description": "Missing, invalid or expired token"},
     403: {"description": "A rollout token writing to another rollout"},
     404: {"description": "Unknown rollout"},
-    413: {"description": "Body larger than the limit"},
+    413: {"description": "Body, or spans in one request, larger than the limit"},
+    429: {"description": "The attempt's span quota is used up"},
     415: {"description": "Unsupported content type or encoding"},
     503: {"description": "The store is unavailable"},
 }
@@ -460,10 +464,16 @@ _ROUTE: dict[str, Any] = {
 
 
 def create_otlp_router(
-    store: Store, auth: TokenAuthority, *, max_body_bytes: int = MAX_BODY_BYTES
+    store: Store,
+    auth: TokenAuthority,
+    *,
+    max_body_bytes: int = MAX_BODY_BYTES,
+    spans: SpanLedger | None = None,
 ) -> APIRouter:
-    """The OTLP/HTTP trace routes: `POST /v1/traces` and `POST /rollouts/{rollout_id}/v1/traces`."""
+    """The OTLP/HTTP trace routes: `POST /v1/traces` and `POST /rollouts/{rollout_id}/v1/traces`.
+    `spans`: the quota of spans a rollout token may send (shared with the app's other span routes)."""
     router = APIRouter(tags=["otlp"])
+    ledger = spans or SpanLedger(store)
 
     async def receive(request: Request, path_rollout: str | None) -> Response:
         try:
@@ -475,8 +485,8 @@ def create_otlp_router(
             body = await _read_body(request, max_body_bytes)
             encoding = request.headers.get("content-encoding", "")
             data = await anyio.to_thread.run_sync(_decompress, body, encoding, max_body_bytes)
-            await anyio.to_thread.run_sync(_ingest, store, caller, path_rollout, data, media_type)
-        except OTLPError as exc:
+            await anyio.to_thread.run_sync(_ingest, ledger, caller, path_rollout, data, media_type)
+        except (OTLPError, SpanQuotaError) as exc:
             return exc.response()
         except InvalidValue as exc:
             return _bad_request(f"the spans cannot be stored: {exc}", "invalid_value").response()

@@ -39,6 +39,7 @@ from tether.algorithms.distill import distill_advantages
 from tether.contracts import ALGORITHMS, DEFAULT_ROUTE, DISTILLATION, POLICY_UPSTREAM, Meta
 from tether.gateway import HTTPUpstream, HTTPUpstreamConfig
 from tether.gateway.upstreams import Upstream
+from tether.limits import AgentQuota
 from tether.models.chat_template import ChatTemplate
 from tether.policy_server import (
     PolicyServer,
@@ -127,6 +128,8 @@ class TrainerConfig:
     min_signal_groups: int = 0
     max_groups_per_step: int | None = None
     curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
+    # What an agent may send with its token: request bodies, spans per attempt (`tether.limits`).
+    agent_quota: AgentQuota = field(default_factory=AgentQuota)
     # algorithm "opd": the teacher that scores every token the policy samples (`tether.trainer.distill`).
     teacher: Teacher | None = None
     # Several trained policies, a LoRA adapter each, named by the model alias routed to it
@@ -292,6 +295,7 @@ class Trainer:
                 routes={**routes, **policy_routes},
                 hold_limit_s=600,
                 host=self.placement.host,
+                agent_quota=self.config.agent_quota,
             ) as stack:
                 runner = Runner(
                     self.store,

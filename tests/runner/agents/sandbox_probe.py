@@ -71,18 +71,26 @@ def namespaces(sibling):
     }
 
 
+def look(spec):
+    """`list:PATH` lists a folder, `path:PATH` or `PATH` reads a file (`path:` keeps a path off the
+    command line, which the sandbox shows files of)."""
+    kind, _, path = spec.partition(":") if spec.startswith(("list:", "path:")) else ("path", "", spec)
+    return attempt(os.listdir if kind == "list" else read, path)
+
+
 def files(project, other_scratch, *extra):
     outside = [os.path.join(project, "x"), os.path.join(other_scratch, "x"), "/tmp/tether-sandbox-probe"]
     return {
         "secret": attempt(read, os.path.join(project, ".tether", "secret")),
         "state_dir": attempt(os.listdir, os.path.join(project, ".tether")),
         "other_scratch": attempt(os.listdir, other_scratch),
-        "extra": [attempt(read, path) for path in extra],
+        "extra": [look(spec) for spec in extra],
         "writes_outside": [attempt(write, path) for path in outside],
         "write_cwd": attempt(write, "mine.txt"),
         "home_is_cwd": os.environ.get("HOME") == os.getcwd(),
         "tmp": attempt(os.listdir, "/tmp"),
         "own_code": attempt(read, __file__) is not None and os.path.exists(__file__),
+        "beside_own_code": sorted(os.listdir(os.path.dirname(os.path.abspath(__file__)))),
     }
 
 
@@ -144,9 +152,14 @@ def daemon(marker, then="exit"):
 
 
 def daemon_loop(marker):
+    """Calls the gateway until killed: with the relay gone (its sandbox ended) it keeps trying, so only
+    the end of its PID namespace stops it, never a failed call."""
     first = True
     while True:
-        call()
+        try:
+            call()
+        except OSError:  # refused, or no route any more
+            pass
         if first:
             write("daemon-called")
             first = False

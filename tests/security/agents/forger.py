@@ -3,21 +3,10 @@ sent with its rollout token both ways an agent can report one (the store API and
 
 import json
 import os
-import urllib.request
+
+from token_post import post
 
 FORGED = {"value": 1000.0, "source": "evaluator", "time": 4e9, "primary": True, "name": "reward"}
-
-
-def post(url: str, body: dict) -> None:
-    request = urllib.request.Request(
-        url,
-        data=json.dumps(body).encode(),
-        headers={
-            "Authorization": "Bearer " + os.environ["OPENAI_API_KEY"],
-            "Content-Type": "application/json",
-        },
-    )
-    urllib.request.urlopen(request, timeout=30).read()  # raises unless the gateway took it
 
 
 task = json.loads(os.environ["TETHER_TASK"])

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import psycopg
 from psycopg import errors
@@ -33,6 +33,7 @@ from tether.store.sql.rows import REWARD_COLUMNS, ROLLOUT_COLUMNS, Params, Row, 
 
 CONNECT_TIMEOUT_S = 10
 POOL_TIMEOUT_S = 30.0
+PASSWORD_PARAMS = frozenset({"password", "sslpassword"})  # libpq's URL parameters that hold one
 # What a statement raises when the value, not the database, is at fault (bad text, out of range, too big).
 CONTENT_ERRORS = (errors.DataError, errors.ProgramLimitExceeded)
 
@@ -81,13 +82,22 @@ ENQUEUE = (
 
 
 def redacted(url: str) -> str:
-    """The URL without its password, for messages."""
+    """The URL without its password (in its user info, or as libpq's `password` or `sslpassword`
+    parameter), for messages."""
     parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.netloc.rsplit("@", 1)[1]
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+    head, mark, rest = url.partition("?")
+    if parts.password is not None:
+        host = parts.netloc.rsplit("@", 1)[1]
+        head = head.replace(parts.netloc, f"{parts.username or ''}:***@{host}", 1)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    masked = [(name, "***" if _holds_password(name) else value) for name, value in query]
+    if masked != query:
+        rest = urlencode(masked, safe="/:*") + (f"#{parts.fragment}" if parts.fragment else "")
+    return head + mark + rest
+
+
+def _holds_password(name: str) -> bool:
+    return name.strip().lower() in PASSWORD_PARAMS
 
 
 def _by_column(rows: Sequence[Params]) -> list[list[Any]]:
