@@ -33,6 +33,12 @@ from tether.store import RolloutStatus, SQLiteStore
 pytestmark = [pytest.mark.bwrap, pytest.mark.usefixtures("bwrap_installed")]
 
 
+def one_task(folder: Path) -> Path:
+    tasks = folder / "tasks.jsonl"
+    tasks.write_text('{"q": "hi"}\n')
+    return tasks
+
+
 # -- bad setup --------------------------------------------------------------------------------------
 
 
@@ -44,8 +50,7 @@ def test_missing_bubblewrap_is_one_line_naming_the_fix() -> None:
 def test_through_the_cli_missing_bwrap_or_user_namespaces_is_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    tasks = tmp_path / "tasks.jsonl"
-    tasks.write_text('{"q": "hi"}\n')
+    tasks = one_task(tmp_path)
     args = ["rollout", "--agent", "true", "--tasks", str(tasks), "--sandbox", "bwrap"]
     args += ["--upstream", "http://127.0.0.1:9/v1", "--project-dir", str(tmp_path)]
     fake = tmp_path / "bin"
@@ -66,8 +71,7 @@ def test_through_the_cli_missing_bwrap_or_user_namespaces_is_one_line(
 def test_sandbox_options_without_a_sandbox_are_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    tasks = tmp_path / "tasks.jsonl"
-    tasks.write_text('{"q": "hi"}\n')
+    tasks = one_task(tmp_path)
     args = ["rollout", "--agent", "true", "--tasks", str(tasks), "--sandbox-env", "HOME"]
     with pytest.raises(SystemExit, match="is an option of the sandbox, which --sandbox none turns off"):
         main([*args, "--sandbox", "none", "--project-dir", str(tmp_path)])
@@ -236,8 +240,7 @@ def test_by_default_agents_run_in_the_sandbox_and_without_bwrap_one_line_says_th
 
 
 def test_the_sandbox_with_the_kubernetes_runner_is_refused_naming_the_jobs_boundary(tmp_path: Path) -> None:
-    tasks = tmp_path / "tasks.jsonl"
-    tasks.write_text('{"q": "hi"}\n')
+    tasks = one_task(tmp_path)
     template = Path(__file__).parent / "k8s" / "job.yaml.j2"
     args = ["rollout", "--agent", "true", "--tasks", str(tasks), "--sandbox", "bwrap", "--runner", "k8s"]
     args += ["--job-template", str(template), "--project-dir", str(tmp_path)]

@@ -17,7 +17,6 @@ from tether.rewards import evaluator_files
 from tether.runner.agents import PRIVATE_VARIABLES, agent_identity
 from tether.runner.sandbox import (
     SANDBOXES,
-    BwrapSandbox,
     Sandbox,
     SandboxError,
     SandboxLimits,
@@ -94,15 +93,19 @@ def add_sandbox_args(parser: argparse.ArgumentParser) -> None:
 def sandbox_from_args(
     args: argparse.Namespace, evaluator: Callable[..., Any] | None, *others: Any
 ) -> Sandbox | None:
-    """The sandbox the options ask for (None: none). Raises ValueError naming what is wrong."""
-    if args.sandbox == AUTO:
-        args.sandbox = auto_kind(args)
+    """The sandbox the options ask for (None: none), checked when it is the default's (`auto`: bwrap for
+    agents launched here, wherever it can run; none where they run elsewhere, a Job's pod or a Ray
+    worker). Raises ValueError naming what is wrong. `args.sandbox` is left as the kind chosen."""
+    here = getattr(args, "runner", "local") == "local" and not getattr(args, "ray", None)
+    auto = args.sandbox == AUTO
+    if auto:
+        args.sandbox = "bwrap" if here else "none"
+    given = [flag for flag in SANDBOX_ONLY if getattr(args, flag[2:].replace("-", "_"), None)]
     if args.sandbox == "none":
-        given = [flag for flag in SANDBOX_ONLY if getattr(args, flag[2:].replace("-", "_"), None)]
         if given:
             raise ValueError(f"{given[0]} is an option of the sandbox, which --sandbox none turns off")
         return None
-    if getattr(args, "runner", "local") != "local" or getattr(args, "ray", None):
+    if not here:
         raise ValueError(
             f"--sandbox {args.sandbox} confines agents launched on this machine: with --runner k8s the "
             "Job's pod is the boundary (docs/security.md), and --ray does not take a sandbox yet"
@@ -117,19 +120,20 @@ def sandbox_from_args(
     options = SandboxOptions(
         limits_from_args(args), tuple(args.sandbox_env), hidden_paths(args, evaluator, *others), show=shown
     )
-    return open_sandbox(args.sandbox, options)
+    sandbox = open_sandbox(args.sandbox, options)
+    if auto and not _runs_here(sandbox, args, given):
+        args.sandbox = "none"
+        return None
+    return sandbox
 
 
-def auto_kind(args: argparse.Namespace) -> str:
-    """`--sandbox auto`: bwrap for agents launched here, wherever it can run (one line saying why not
-    where it cannot); none where the agents run elsewhere (a Job's pod, a Ray worker)."""
-    if getattr(args, "runner", "local") != "local" or getattr(args, "ray", None):
-        return "none"
+def _runs_here(sandbox: Sandbox, args: argparse.Namespace, given: list[str]) -> bool:
+    """Whether the default's sandbox can run here (checked once: the agent's check finds it ready), or
+    one line saying why not; sandbox options it cannot honour are refused."""
     identity = agent_identity(args.agent_user) if getattr(args, "agent_user", None) else {}
     try:
-        BwrapSandbox().check(identity)
+        sandbox.check(identity)
     except SandboxError as exc:
-        given = [flag for flag in SANDBOX_ONLY if getattr(args, flag[2:].replace("-", "_"), None)]
         if given:
             raise ValueError(f"{given[0]} needs the sandbox, which cannot run here: {exc}") from None
         log.warning(
@@ -137,8 +141,8 @@ def auto_kind(args: argparse.Namespace) -> str:
             "--sandbox none says so on purpose",
             exc,
         )
-        return "none"
-    return "bwrap"
+        return False
+    return True
 
 
 def limits_from_args(args: argparse.Namespace) -> SandboxLimits:

@@ -406,11 +406,6 @@ def project_hide(project_root: Path) -> list[Path]:
     return [project_root / ".tether", project_root / ".git"]
 
 
-def python_environment() -> list[str]:
-    """The paths a Python agent (and the relay) run from: the interpreter, its prefixes, Tether's code."""
-    return [sys.executable, sys.prefix, sys.base_prefix, str(Path(__file__).resolve().parents[2])]
-
-
 SandboxKind = Callable[[SandboxOptions], Sandbox]
 SANDBOXES: Registry[SandboxKind] = Registry("sandbox")
 

@@ -420,9 +420,7 @@ def _ingest(
 ) -> int:
     decode = _decode_json if media_type == JSON else _decode_protobuf
     spans = attribute_spans(ledger.store, caller, path_rollout, decode(data))
-    if spans and caller.is_admin:
-        ledger.store.add_spans(spans)
-    elif spans:  # an agent's, within its attempt's quota
+    if spans:  # an agent's only within its attempt's quota
         ledger.add_spans(caller, spans)
     return len(spans)
 
