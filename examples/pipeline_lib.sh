@@ -119,6 +119,14 @@ signal_options() {
   fi
 }
 
+# val_samples: k of the held-out pass@k that every validation also measures, from VAL_K (default 8; 0: greedy
+# pass@1 only). pass@k after SFT against pass@1 is what RL can sharpen.
+val_samples() {
+  local k
+  k=$(size_of VAL_K)
+  echo "${k:-8}"
+}
+
 # run_pipeline [TETHER_TRAIN_ARGS...]: the three phases, from what the example's pipeline.sh set:
 #   name (calc, sql, rag), prefix (CALC, SQL, RAG), project, agent, reward, teacher (its script),
 #   train_tasks, val_tasks, the default sizes in the associative array `size`, extra_train (more
@@ -158,7 +166,7 @@ run_pipeline() {
       --from-run "$name-teacher" --sft-steps "$sft_steps" --sft-batch "$(size_of SFT_BATCH)" \
       --lr "$(size_of LR)" --algorithm grpo --steps "$(size_of RL_STEPS)" --group-size "$(size_of GROUP)" \
       --tasks-per-step "$(size_of TASKS_PER_STEP)" --n-workers "$(size_of WORKERS)" --val-every 0 \
-      --seed "$seed" "${signal[@]}" "${extra_train[@]}" --run "$run" --fresh "$@"
+      --seed "$seed" --val-k "$(val_samples)" "${signal[@]}" "${extra_train[@]}" --run "$run" --fresh "$@"
     phase_time "train, seed $seed (model load, 3 validations, SFT, RL)" "$phase"
     runs+=(--run "$seed" "$project/.tether/runs/$run")
   done

@@ -42,6 +42,19 @@ def difference(before: dict[str, Any] | None, after: dict[str, Any] | None) -> d
     return {"score": mean, "interval": [low, high], "tasks": len(first)}
 
 
+def coverage(record: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A validation's greedy pass@1 and, when it sampled (`tether train --val-k K`), pass@K and mean@K,
+    each with its interval; None for a validation that recorded neither."""
+    if record is None or "val_pass_at_1" not in record:
+        return None
+    found = {"pass_at_1": {"score": record["val_pass_at_1"], "interval": record["val_pass_at_1_ci"]}}
+    if "val_pass_at_k" in record:
+        found["k"] = record["val_k"]
+        for name in ("pass_at_k", "mean_at_k"):
+            found[name] = {"score": record[f"val_{name}"], "interval": record[f"val_{name}_ci"]}
+    return found
+
+
 def summary(records: list[dict[str, Any]], sft_steps: int) -> dict[str, Any]:
     val = {r["step"]: r for r in records if r.get("kind") == "val"}
     updates = [r for r in records if r.get("kind") == "train"]
@@ -49,6 +62,10 @@ def summary(records: list[dict[str, Any]], sft_steps: int) -> dict[str, Any]:
     after_sft = val.get(sft_steps)
     after_rl = val[last] if last is not None and last > sft_steps else None
     return {
+        "coverage": {
+            phase: coverage(record)
+            for phase, record in (("base", val.get(0)), ("after_sft", after_sft), ("after_rl", after_rl))
+        },
         "base": scored(val.get(0)),
         "after_sft": scored(after_sft),
         "after_rl": scored(after_rl),
@@ -88,7 +105,23 @@ def table(rows: list[dict[str, Any]]) -> str:
     widths = [max(len(line[i]) for line in [columns, *cells]) for i in range(len(columns))]
     lines = ["  ".join(text.ljust(width) for text, width in zip(line, widths, strict=True)) for line in cells]
     header = "  ".join(text.ljust(width) for text, width in zip(columns, widths, strict=True))
-    return "\n".join(["held-out scores, 95% bootstrap intervals:", header, *lines])
+    return "\n".join(["held-out scores, 95% bootstrap intervals:", header, *lines, *coverage_table(rows)])
+
+
+def coverage_table(rows: list[dict[str, Any]]) -> list[str]:
+    """Lines of pass@1 (greedy) and pass@K per seed and phase, for the runs that sampled."""
+    lines = []
+    for row in rows:
+        for phase, label in (("base", "base"), ("after_sft", "after SFT"), ("after_rl", "after RL")):
+            found = row.get("coverage", {}).get(phase)
+            if not found or "k" not in found:
+                continue
+            k = found["k"]
+            lines.append(
+                f"seed {row['seed']}, {label}: pass@1 {cell(found['pass_at_1'])}  pass@{k} "
+                f"{cell(found['pass_at_k'])}  mean@{k} {cell(found['mean_at_k'])}"
+            )
+    return ["coverage (greedy pass@1 against k samples at a temperature):", *lines] if lines else []
 
 
 def main() -> None:

@@ -113,3 +113,37 @@ def test_with_park_after_only_the_mixed_tasks_are_trained_on(probed: tuple[Path,
     pools = pool_sizes(probed[0], "mixed")
     assert len(pools) == 3
     assert pools[0] == {"active": 2, "retired": 2, "parked": 2, "mixed": 2}  # the never-solved parked
+
+
+def test_probe_samples_every_task_before_rl_and_only_the_mixed_ones_are_trained_on(tmp_path: Path) -> None:
+    # The same filter inside one run: --probe samples a group of every task from the policy as it is
+    # (here before the first step; after the SFT updates in a pipeline), trains on none of it, and the
+    # pools start from it.
+    project = tmp_path / "project"
+    options = common(project, *write_inputs(project))
+    # Two steps, one task each: without the probe, two of the six tasks in the seeded shuffle; after it,
+    # the two mixed ones (this evaluator scores a mixed task 1 only the first time, so later they fail).
+    args = ["train", *options, "--steps", "2", "--tasks-per-step", "1", "--val-every", "0"]
+    args += ["--checkpoint-every", "0", "--run", "probed", "--probe", "--retire-after", str(K)]
+    assert main([*args, "--park-after", str(K)]) == 0
+    store = SQLiteStore(project / ".tether" / "store.db")
+    try:
+        rollouts = [r for r in store.list_rollouts(run="probed", limit=1000) if r.mode == "train"]
+    finally:
+        store.close()
+    probe = [r for r in rollouts if r.group_id and r.group_id.endswith("@probe0")]
+    assert sorted(r.task_id for r in probe) == sorted((SOLVED + MIXED + UNSOLVED) * K)
+    assert {r.task_id for r in rollouts if r not in probe} == set(MIXED)
+    lines = (project / ".tether" / "runs" / "probed" / "metrics.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    assert [r["kind"] for r in records if r["kind"] != "val"] == ["probe", "train", "train"]
+    probed = next(r for r in records if r["kind"] == "probe")
+    assert [probed[f"probe_{pool}"] for pool in ("solved", "mixed", "unsolved")] == [2, 2, 2]
+    assert pool_sizes(project, "probed")[0] == {"active": 2, "retired": 2, "parked": 2, "mixed": 2}
+
+
+def test_probe_without_a_curriculum_is_refused(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    options = common(project, *write_inputs(project))
+    with pytest.raises(SystemExit, match="--probe tells the curriculum"):
+        main(["train", *options, "--steps", "1", "--probe"])

@@ -157,6 +157,35 @@ def test_curriculum_pools_are_charted_when_the_train_records_carry_them(
         shutil.rmtree(folder)  # the other tests' runs page lists only their runs
 
 
+def test_rl_signal_is_charted_entropy_and_the_share_of_groups_with_signal(
+    page: Any, dashboard: Dashboard, trained: TrainedProject, artifacts: Path
+) -> None:
+    folder = trained.runs_dir / "signal-run"
+    log = MetricsLog(folder)
+    log.write({"kind": "train", "step": 1, "phase": "sft", "reward_mean": 0.0, "train.entropy": 2.0})
+    for step, (used, groups, entropy) in enumerate([(1, 4, 1.5), (3, 8, 1.25), (2, 2, 1.0)], start=2):
+        log.write(
+            {"kind": "train", "step": step, "reward_mean": 0.5, "groups_used": used, "groups": groups}
+            | {"train.entropy": entropy}
+        )
+    log.close()
+    try:
+        sign_in(page, dashboard, dashboard.viewer_token)
+        page.wait_for_selector("#chart canvas", timeout=WAIT_MS)
+        page.locator('#runs tr[data-run="signal-run"] input[type=checkbox]').check()
+        page.wait_for_selector('#signal-chart[data-points="6"] canvas', timeout=WAIT_MS)  # SFT's left out
+        legend = page.locator("#signal-chart .u-legend").inner_text()
+        assert "signal-run entropy" in legend and "signal-run groups with signal" in legend
+        shares = page.evaluate(
+            "() => activeCurves.runs.get('signal-run').signal['groups with signal'].map((r) => r[1])"
+        )
+        assert shares == [0.25, 0.375, 1.0]
+        assert page.locator("#signal").is_visible()
+        page.screenshot(path=str(artifacts / "rl-signal.png"), full_page=True)
+    finally:
+        shutil.rmtree(folder)
+
+
 def test_each_policy_is_charted_with_its_version_when_the_run_trains_several(
     page: Any, dashboard: Dashboard, trained: TrainedProject, artifacts: Path
 ) -> None:

@@ -62,6 +62,7 @@ SHORT = {
         "RAG_DEMOS": "24",
     },
 }
+VAL_K = 2  # each validation's coverage: 2 samples of every held-out task beside the greedy one
 SQL_BLOCK = re.compile(r"\s*```sql[ \t]*\n\s*(?:select|with)\b[^`]*```", re.IGNORECASE)
 
 
@@ -140,6 +141,7 @@ def test_the_short_pipeline_learns_answers_and_format_after_sft_without_the_teac
         f"{prefix}_TASKS_PER_STEP": "1",
         f"{prefix}_SIGNAL_GROUPS": "0",  # one plain GRPO step: the test is about SFT
         f"{prefix}_SEEDS": "0",
+        f"{prefix}_VAL_K": str(VAL_K),
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
     }
     done = subprocess.run(
@@ -165,14 +167,25 @@ def assert_claims(name: str, project: Path, printed: str) -> None:
     for key in ("base", "after_sft", "after_rl", "rl_minus_sft"):
         low, high = row[key]["interval"]
         assert low <= row[key]["score"] <= high, (key, row)
+    for phase, coverage in row["coverage"].items():  # greedy pass@1, and pass@k, mean@k of k samples
+        assert coverage["k"] == VAL_K, phase
+        for key in ("pass_at_1", "pass_at_k", "mean_at_k"):
+            low, high = coverage[key]["interval"]
+            assert low <= coverage[key]["score"] <= high, (phase, key, coverage)
+    assert f"pass@{VAL_K}" in printed
 
     rollouts = finished(project)
-    validations: dict[int, dict[str, Finished]] = {}
+    validations: dict[int, dict[str, Finished]] = {}  # the greedy ones
+    sampled: dict[int, list[str]] = {}  # coverage: k samples of each task
     for rollout in rollouts:
         if rollout.rollout.run == f"{name}-pipeline-seed0" and rollout.rollout.mode == "val":
             step = rollout.rollout.metadata["step"]
-            validations.setdefault(step, {})[rollout.rollout.task_id] = rollout
-    assert sorted(validations) == [0, SFT_STEPS, SFT_STEPS + 1]
+            if str(rollout.rollout.group_id).endswith(f"@val{step}k"):
+                sampled.setdefault(step, []).append(rollout.rollout.task_id)
+            else:
+                validations.setdefault(step, {})[rollout.rollout.task_id] = rollout
+    assert sorted(validations) == sorted(sampled) == [0, SFT_STEPS, SFT_STEPS + 1]
+    assert all(sorted(tasks) == sorted(list(validations[step]) * VAL_K) for step, tasks in sampled.items())
     base, after_sft = validations[0], validations[SFT_STEPS]
     validated = [r.rollout.input for r in base.values()]
     assert set(base) == set(after_sft) and len(validated) == int(SHORT[name][f"{prefix}_VAL"])

@@ -110,3 +110,48 @@ def test_update_options_are_checked() -> None:
         TrainConfig(model="tiny-random", ppo_epochs=0)
     with pytest.raises(ValueError, match="tis_cap must be above 1"):
         TrainConfig(model="tiny-random", tis_mode="mask", tis_cap=None)
+
+
+def last_token_shifted(trainer: PolicyTrainer, shift: float) -> list[Sample]:
+    """GOOD with advantage +1 and BAD with -1, each one's last recorded logprob `shift` below the
+    policy's: that token's weight pi_old / mu is e^shift, the others' 1."""
+    samples = on_policy(trainer, (1.0, GOOD), (-1.0, BAD))
+    for sample in samples:
+        sample.transition.response_logprobs[-1] -= shift
+    return samples
+
+
+@pytest.mark.parametrize(
+    ("level", "masked"),
+    [("token", 2 / 7), ("sequence", 1.0), ("geometric", 0.0)],
+)
+def test_tis_level_weighs_each_token_or_each_sequence(tiny_path: Path, level: str, masked: float) -> None:
+    # The last tokens' weight e^0.9 = 2.46 leaves [1/2, 2]: alone (token, 2 of 7 tokens), as their
+    # sequences' product (sequence: every token), or not as the geometric means e^0.225 and e^0.3.
+    trainer = PolicyTrainer(TrainConfig(model=str(tiny_path), tis_mode="mask", tis_cap=2.0, tis_level=level))
+    start = trainable(trainer)
+    metrics = trainer.step(last_token_shifted(trainer, 0.9))
+    assert metrics.masked_fraction == pytest.approx(masked)
+    assert same_params(start, trainable(trainer)) == (masked == 1.0)
+
+
+def test_tis_level_sequence_truncates_the_whole_sequence_at_the_cap(tiny_path: Path) -> None:
+    def truncated(level: str) -> float:
+        trainer = PolicyTrainer(TrainConfig(model=str(tiny_path), tis_cap=2.0, tis_level=level))
+        return trainer.step(last_token_shifted(trainer, 0.9)).truncated_fraction
+
+    assert truncated("token") == pytest.approx(2 / 7)
+    assert truncated("geometric") == 0.0 and truncated("sequence") == 1.0
+
+
+def test_rl_learning_rate_and_warm_up_start_after_the_sft_updates(tiny_path: Path) -> None:
+    options = {"lr": 1e-3, "rl_lr": 4e-4, "rl_warmup_steps": 2, "rl_start_step": 2}
+    trainer = PolicyTrainer(TrainConfig(model=str(tiny_path), **options))  # type: ignore[arg-type]
+    rates = [trainer.step(on_policy(trainer, (1.0, GOOD), (-1.0, BAD))).lr for _ in range(5)]
+    assert rates == pytest.approx([1e-3, 1e-3, 2e-4, 4e-4, 4e-4])
+    plain = TrainConfig(model="tiny-random", lr=1e-3, warmup_steps=2)
+    assert [plain.lr_factor(step) for step in range(3)] == [0.5, 1.0, 1.0]
+    with pytest.raises(ValueError, match="rl-lr"):
+        TrainConfig(model="tiny-random", rl_lr=0.0)
+    with pytest.raises(ValueError, match="tis_level"):
+        TrainConfig(model="tiny-random", tis_level="row")

@@ -26,7 +26,17 @@ def step_line(record: dict[str, Any]) -> str:
     are 0 by construction (the ratio starts at 1)."""
     step = f"step {record['step']:>3}"
     if record["kind"] == "val":
-        return f"{step}  held-out accuracy {held_out_score(record['val_score'], record)}"
+        line = f"{step}  held-out accuracy {held_out_score(record['val_score'], record)}"
+        if "val_pass_at_k" in record:
+            k = record["val_k"]
+            line += f"  pass@{k} {record['val_pass_at_k']:.3f}  mean@{k} {record['val_mean_at_k']:.3f}"
+        return line
+    if record["kind"] == "probe":
+        return (
+            f"probe before step {record['step'] + 1}: {record['probe_tasks']} tasks, "
+            f"{record['probe_solved']} solved by every sample, {record['probe_mixed']} mixed, "
+            f"{record['probe_unsolved']} by none  {record['probe_seconds']:.1f}s"
+        )
     if record.get("phase") == "sft":
         return _imitation_line(step, record)
     groups = record.get("groups", record["groups_used"])

@@ -16,6 +16,7 @@ from tether.cli.common import (
     engine_kind,
     policy_server_options,
 )
+from tether.cli.coverage_args import add_coverage_args, coverage_config
 from tether.cli.experiment import open_experiment
 from tether.cli.plot_cmd import plot
 from tether.cli.progress import held_out_score, step_progress
@@ -30,6 +31,7 @@ from tether.project import Project
 from tether.rewards.rank import GroupScorer
 from tether.runner import RewardError, TaskFileError, load_tasks
 from tether.runner.rewards import check_reference_reader
+from tether.trainer.config import TIS_LEVELS
 from tether.trainer.curriculum import add_curriculum_args, curriculum_config
 from tether.trainer.policies import parse_policy
 
@@ -122,6 +124,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--group-size", type=int, default=8, help="rollouts per task in a step (a group)")
     parser.add_argument("--tasks-per-step", type=int, default=4, help="groups per update")
     parser.add_argument("--lr", type=float, help="learning rate (default 1e-4 LoRA, 1e-5 full)")
+    parser.add_argument(
+        "--rl-lr",
+        type=float,
+        help="the learning rate of the RL updates, apart from the --sft-steps imitation updates before them "
+        "(default: --lr)",
+    )
+    parser.add_argument(
+        "--rl-warmup-steps",
+        type=int,
+        default=0,
+        help="RL's learning rate rises linearly over its first N updates",
+    )
     parser.add_argument("--full", action="store_true", help="full fine-tuning instead of LoRA")
     parser.add_argument("--lora-r", type=int, default=16, help="LoRA rank")
     parser.add_argument("--kl-coef", type=float, default=0.0, help="KL penalty to the base model")
@@ -141,6 +155,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--val-every", type=int, default=5, help="validate every N steps (0: before/after only)"
     )
+    add_coverage_args(parser)
     parser.add_argument("--checkpoint-every", type=int, default=5, help="checkpoint every N steps")
     parser.add_argument("--no-merge", action="store_true", help="one transition per call, no prefix merging")
     parser.add_argument(
@@ -250,6 +265,13 @@ def add_update_args(parser: argparse.ArgumentParser) -> None:
         choices=["truncate", "mask"],
         default="truncate",
         help="truncate the weight at --tis-cap, or drop tokens whose weight leaves [1/cap, cap]",
+    )
+    group.add_argument(
+        "--tis-level",
+        choices=list(TIS_LEVELS),
+        default="token",
+        help="what one weight covers: each token; each sample's sequence (the product of its tokens' "
+        "weights); or its geometric mean: a whole sequence truncated or masked together",
     )
 
 
@@ -374,6 +396,10 @@ def run(args: argparse.Namespace) -> int:
             clip_high=args.clip_high,
             tis_cap=args.tis_cap or None,
             tis_mode=args.tis_mode,
+            tis_level=args.tis_level,
+            rl_lr=args.rl_lr,
+            rl_warmup_steps=args.rl_warmup_steps,
+            rl_start_step=args.sft_steps if args.from_run and args.algorithm != "sft" else 0,
             ppo_epochs=args.ppo_epochs,
             mini_batches=args.mini_batches,
             loss_agg=args.loss_agg,
@@ -412,6 +438,7 @@ def run(args: argparse.Namespace) -> int:
             min_signal_groups=args.min_signal_groups,
             max_groups_per_step=args.max_groups_per_step,
             curriculum=curriculum_config(args),
+            coverage=coverage_config(args),
             teacher=_teacher(args),
             agent_quota=agent_quota(args),
         )

@@ -16,6 +16,9 @@ LLAMA_TARGET_MODULES: tuple[str, ...] = (
 )
 LOSS_AGGREGATIONS: tuple[str, ...] = ("rollout", "token")
 TIS_MODES: tuple[str, ...] = ("truncate", "mask")
+# What one importance weight pi_old / mu covers: each token; each sample's sequence (the product of its
+# tokens' weights); or the sequence's geometric mean (the product to the power 1 / tokens).
+TIS_LEVELS: tuple[str, ...] = ("token", "sequence", "geometric")
 DEFAULT_LORA_LR = 1e-4
 DEFAULT_FULL_LR = 1e-5
 
@@ -35,12 +38,18 @@ class TrainConfig:
     betas: tuple[float, float] = (0.9, 0.999)
     adam_eps: float = 1e-8
     warmup_steps: int = 0  # linear warmup, then constant
+    # RL after imitation: from optimizer step `rl_start_step` (the SFT updates before it) the learning rate
+    # is `rl_lr` (None: `lr`), warmed up linearly over `rl_warmup_steps` of its own.
+    rl_lr: float | None = None
+    rl_warmup_steps: int = 0
+    rl_start_step: int = 0
     grad_clip: float = 1.0  # max global grad norm; 0 disables clipping (the norm is still reported)
     clip_low: float = 0.2
     clip_high: float = 0.28
     tis_cap: float | None = 2.0  # None disables the truncation
     # "mask": drop tokens whose weight pi_old / mu leaves [1 / tis_cap, tis_cap] instead of truncating it.
     tis_mode: str = "truncate"
+    tis_level: str = "token"
     kl_coef: float = 0.0
     ppo_epochs: int = 1  # passes over each batch
     mini_batches: int = 1  # optimizer steps per pass (whole rollouts each)
@@ -81,6 +90,10 @@ class TrainConfig:
             raise ValueError(f"loss_agg must be one of {', '.join(LOSS_AGGREGATIONS)}, got {self.loss_agg!r}")
         if self.tis_mode not in TIS_MODES:
             raise ValueError(f"tis_mode must be one of {', '.join(TIS_MODES)}, got {self.tis_mode!r}")
+        if (self.rl_lr is not None and self.rl_lr <= 0) or min(self.rl_warmup_steps, self.rl_start_step) < 0:
+            raise ValueError("--rl-lr must be above 0, and --rl-warmup-steps and the SFT steps >= 0")
+        if self.tis_level not in TIS_LEVELS:
+            raise ValueError(f"tis_level must be one of {', '.join(TIS_LEVELS)}, got {self.tis_level!r}")
         if self.tis_mode == "mask" and (self.tis_cap is None or self.tis_cap <= 1):
             raise ValueError(
                 "tis_mode 'mask' keeps ratios in [1 / tis_cap, tis_cap]: tis_cap must be above 1"
@@ -91,3 +104,16 @@ class TrainConfig:
         if self.lr is not None:
             return self.lr
         return DEFAULT_LORA_LR if self.lora else DEFAULT_FULL_LR
+
+    def lr_factor(self, step: int) -> float:
+        """The learning rate of optimizer step `step` (from 0) over `learning_rate`: SFT's warm-up, then
+        from `rl_start_step` RL's rate and warm-up."""
+
+        def ramp(done: int, over: int) -> float:
+            return min(1.0, (done + 1) / over) if over > 0 else 1.0
+
+        if step < self.rl_start_step:
+            return ramp(step, self.warmup_steps)
+        rl = self.rl_lr if self.rl_lr is not None else self.learning_rate
+        warmup = self.rl_warmup_steps or (0 if self.rl_start_step else self.warmup_steps)
+        return rl / self.learning_rate * ramp(step - self.rl_start_step, warmup)

@@ -72,6 +72,9 @@ class CurriculumConfig:
     mixed_first: bool = False  # take tasks with mixed recent results first
     success: float = 1.0  # the reward that counts as solved (at least this)
     history_runs: tuple[str, ...] = ()  # earlier runs whose training rollouts also count
+    # Before RL's first step, one group of every task, not trained on, that the pools count
+    # (`tether.trainer.probe`).
+    probe: bool = False
 
     def __post_init__(self) -> None:
         for flag, value in (("--retire-after", self.retire_after), ("--park-after", self.park_after)):
@@ -81,6 +84,11 @@ class CurriculumConfig:
             raise CurriculumError(f"--revisit-every must be >= 0 (got {self.revisit_every})")
         if self.revisit_every and self.park_after is None:
             raise CurriculumError("--revisit-every brings parked tasks back: it needs --park-after")
+        if self.probe and not self.enabled:
+            raise CurriculumError(
+                "--probe tells the curriculum what the policy solves before RL: it needs --mixed-first, "
+                "--retire-after or --park-after"
+            )
         if self.history_runs and not self.enabled:
             raise CurriculumError(
                 "--curriculum-from counts earlier runs' results: it needs --retire-after, --park-after "
@@ -108,6 +116,7 @@ class CurriculumConfig:
         parts += ["--mixed-first"] if self.mixed_first else []
         parts += [f"--success-reward {self.success:g}"]
         parts += [f"--curriculum-from {run}" for run in self.history_runs]
+        parts += ["--probe"] if self.probe else []
         return " ".join(parts)
 
 
@@ -154,6 +163,13 @@ def add_curriculum_args(parser: argparse.ArgumentParser) -> None:
         help="the reward that counts as solving a task (this or more)",
     )
     group.add_argument(
+        "--probe",
+        action="store_true",
+        help="before RL's first step (after the --sft-steps updates), sample one group of every training "
+        "task and train on none of it: the pools start from what the policy already solves (mixed tasks "
+        "first with --mixed-first; solved ones retired with --retire-after the group size)",
+    )
+    group.add_argument(
         "--curriculum-from",
         action="append",
         metavar="RUN",
@@ -171,6 +187,7 @@ def curriculum_config(args: argparse.Namespace) -> CurriculumConfig:
         mixed_first=args.mixed_first,
         success=args.success_reward,
         history_runs=tuple(dict.fromkeys(args.curriculum_from or ())),
+        probe=args.probe,
     )
 
 

@@ -61,6 +61,7 @@ from tether.store import RolloutRequest, Store, Task
 from tether.store.auth import TokenAuthority
 from tether.store.reward_rule import named_reward
 from tether.trainer.config import TrainConfig
+from tether.trainer.coverage import CoverageConfig, greedy_record, sampled_record
 from tether.trainer.curriculum import Curriculum, CurriculumConfig, CurriculumExhausted
 from tether.trainer.cursor import TaskCursor
 from tether.trainer.distill import Teacher, TeacherError, check_teacher, score_transitions
@@ -68,6 +69,7 @@ from tether.trainer.learner import Learner, TrainingDiverged, open_learner
 from tether.trainer.metrics import MetricsLog
 from tether.trainer.placement import LocalPlacement, Placement
 from tether.trainer.policies import PolicySpec, check_policies, policy_of, split_batch
+from tether.trainer.probe import probe_record
 from tether.trainer.ranking import rank_groups
 from tether.trainer.stages import agent_cpu_seconds, engine_counts, engine_stats, stage_stats_of
 from tether.trainer.staleness import fresh_transitions
@@ -128,6 +130,8 @@ class TrainerConfig:
     min_signal_groups: int = 0
     max_groups_per_step: int | None = None
     curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
+    # Held-out coverage: each validation also samples every task k times (pass@k, mean@k).
+    coverage: CoverageConfig = field(default_factory=CoverageConfig)
     # What an agent may send with its token: request bodies, spans per attempt (`tether.limits`).
     agent_quota: AgentQuota = field(default_factory=AgentQuota)
     # algorithm "opd": the teacher that scores every token the policy samples (`tether.trainer.distill`).
@@ -452,6 +456,8 @@ class _Session:
             self.step_started = time.monotonic()
             while self.step < self.config.sft_steps and not self._out_of_time():
                 await self._update(*self._demonstration_batch())
+            if self.config.curriculum.probe and not self._probed():
+                await self._probe()
             await (self._train_async() if self.config.async_mode else self._train_sync())
             val_after = await self.validate() if self.val_tasks else None
         finally:
@@ -533,6 +539,25 @@ class _Session:
         if self.trainer.pools in (None, WorkerPool):  # the agents ran in this process's workers
             stats["agent_cpu_seconds"] = agent_cpu
         return report.transitions, stats
+
+    def _probed(self) -> bool:
+        """Whether this run (a resumed one included) has probed already."""
+        return any(record.get("kind") == "probe" for record in self.trainer.history)
+
+    async def _probe(self) -> None:
+        """One group of every training task, not trained on (`tether.trainer.probe`): the curriculum
+        counts them as rollouts of the step before RL's first."""
+        started = time.monotonic()
+        requests = [
+            request.model_copy(update={"metadata": {**request.metadata, Meta.STEP: self.step - 1}})
+            for request in self._group_requests(self.train_tasks, f"probe{self.step}")
+        ]
+        outcomes = await self.runner.run(requests)
+        self._refuse_unrouted()
+        record = probe_record(outcomes, self.config.curriculum.success)
+        self.trainer.record(
+            {"kind": "probe", "step": self.step, **record, "probe_seconds": time.monotonic() - started}
+        )
 
     def _refuse_unrouted(self) -> None:
         """With several policies, an agent label (model alias) that maps to none and is not fixed stops
@@ -815,43 +840,64 @@ class _Session:
     async def validate(self) -> float | None:
         if not self.val_tasks:
             return None
-        overrides = {"temperature": self.config.val_temperature}
-        requests = [
-            RolloutRequest(
-                task=task,
-                mode="val",
-                group_id=f"{task.id}@val{self.step}",
-                metadata={Meta.SAMPLING_OVERRIDES: overrides, Meta.STEP: self.step},
-                key=self._key(f"val{self.step}", task.id, 0),
-            )
-            for task in self.val_tasks
-        ]
         started = time.monotonic()
-        outcomes = await self.runner.run(requests)
-        self._refuse_unrouted()
-        rewards = await self._val_rewards(outcomes)
+        outcomes, rewards = await self._val_run("", self.config.val_temperature, 1)
         score = statistics.fmean(rewards) if rewards else 0.0
         from tether.rewards.intervals import bootstrap_interval
 
         # The 95% bootstrap interval of the score, and each task's reward, so that two validations can
         # be compared task by task (tether.rewards.intervals.paired_difference_interval).
         low, high = await asyncio.to_thread(bootstrap_interval, rewards) if rewards else (score, score)
-        self.trainer.record(
-            {
-                "kind": "val",
-                "step": self.step,
-                "val_score": score,
-                "val_ci_low": low,
-                "val_ci_high": high,
-                "val_rewards": {o.task_id: r for o, r in zip(outcomes, rewards, strict=True)},
-                "val_rollouts": len(rewards),
-                "val_seconds": time.monotonic() - started,
-                "policy_version": self.server.policy_version,
-            }
-        )
+        by_task = {o.task_id: r for o, r in zip(outcomes, rewards, strict=True)}
+        record = {
+            "kind": "val",
+            "step": self.step,
+            "val_score": score,
+            "val_ci_low": low,
+            "val_ci_high": high,
+            "val_rewards": by_task,
+            "val_rollouts": len(rewards),
+            "policy_version": self.server.policy_version,
+            **await asyncio.to_thread(greedy_record, by_task, self.config.coverage.pass_reward),
+        }
+        if self.config.coverage.k:
+            record.update(await self._sampled_coverage())
+        record["val_seconds"] = time.monotonic() - started
+        self.trainer.record(record)
         rows = await asyncio.to_thread(_sample_rows, self.trainer.store, outcomes[:VAL_SAMPLES_LOGGED])
         self.trainer.log.samples(self.step, rows)
         return score
+
+    async def _sampled_coverage(self) -> dict[str, Any]:
+        """pass@k and mean@k: each held-out task sampled k times at the coverage temperature."""
+        coverage = self.config.coverage
+        outcomes, rewards = await self._val_run("k", coverage.temperature, coverage.k)
+        samples: dict[str, list[float]] = {}
+        for outcome, reward in zip(outcomes, rewards, strict=True):
+            samples.setdefault(outcome.task_id, []).append(reward)
+        return await asyncio.to_thread(sampled_record, samples, coverage)
+
+    async def _val_run(
+        self, tag: str, temperature: float, samples: int
+    ) -> tuple[list[RolloutOutcome], list[float]]:
+        """`samples` held-out rollouts of every task at `temperature` (group `TASK@valSTEP<tag>`), and
+        their scores."""
+        label = f"val{self.step}{tag}"
+        overrides = {"temperature": temperature}
+        requests = [
+            RolloutRequest(
+                task=task,
+                mode="val",
+                group_id=f"{task.id}@{label}",
+                metadata={Meta.SAMPLING_OVERRIDES: overrides, Meta.STEP: self.step},
+                key=self._key(label, task.id, sample),
+            )
+            for task in self.val_tasks
+            for sample in range(samples)
+        ]
+        outcomes = await self.runner.run(requests)
+        self._refuse_unrouted()
+        return outcomes, await self._val_rewards(outcomes)
 
     async def _val_rewards(self, outcomes: Sequence[RolloutOutcome]) -> list[float]:
         """Each held-out rollout's score: its reward, or the one named `val_reward`; 0.0 when it has none."""

@@ -155,6 +155,7 @@ def policy_loss(
     tis_cap: float | None,
     old: torch.Tensor | None = None,
     tis_mode: str = "truncate",
+    tis_level: str = "token",
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Per-token clipped surrogate loss (see the module docstring) and per-token diagnostics.
 
@@ -162,7 +163,8 @@ def policy_loss(
     when the update is one optimizer step). Positions outside `mask` get it as behaviour, so whatever
     was recorded there (0.0 for observation tokens, or garbage) cannot produce inf or NaN, nor any
     gradient. `tis_mode` "mask" drops tokens whose weight old / behaviour leaves [1 / tis_cap, tis_cap]
-    (stats["masked"]) instead of truncating it.
+    (stats["masked"]) instead of truncating it. `tis_level` "sequence" and "geometric" give every token of
+    a row (one sample) its sequence's weight: the product of its tokens' weights, or their geometric mean.
     """
     old = logp.detach() if old is None else torch.where(mask, old, logp.detach())
     behaviour = torch.where(mask, behaviour, old)
@@ -172,7 +174,7 @@ def policy_loss(
     unclipped_ratio = ratio
     outside = torch.zeros_like(mask)
     if tis_cap is not None:
-        weight = torch.exp(old - behaviour)
+        weight = torch.exp(_level_log_weights(old - behaviour, mask, tis_level))
         if tis_mode == "mask":
             outside = (weight > tis_cap) | (weight < 1 / tis_cap)
             weight = torch.where(outside, 1.0, weight)
@@ -183,7 +185,10 @@ def policy_loss(
     with torch.no_grad():
         r = ratio.detach()
         clipped = ((advantages > 0) & (r > 1 + clip_high)) | ((advantages < 0) & (r < 1 - clip_low))
-        truncated = (r > tis_cap) & ~outside if tis_cap is not None else torch.zeros_like(mask)
+        if tis_cap is None:
+            truncated = torch.zeros_like(mask)
+        else:  # a token's own ratio, or its sequence's weight
+            truncated = ((r if tis_level == "token" else weight) > tis_cap) & ~outside
         stats = {
             "masked": outside.float(),
             "ratio": r,
@@ -192,6 +197,17 @@ def policy_loss(
             "approx_kl": (r - 1) - log_ratio.detach(),
         }
     return loss, stats
+
+
+def _level_log_weights(log_weights: torch.Tensor, mask: torch.Tensor, level: str) -> torch.Tensor:
+    """Each token's log importance weight at `level`: its own, or its row's sum (sequence) or mean
+    (geometric) over the trained tokens."""
+    if level == "token":
+        return log_weights
+    total = torch.where(mask, log_weights, 0.0).sum(dim=-1, keepdim=True)
+    if level == "geometric":
+        total = total / mask.sum(dim=-1, keepdim=True).clamp(min=1)
+    return total.expand_as(log_weights)
 
 
 def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
@@ -295,9 +311,8 @@ class PolicyTrainer:
             eps=config.adam_eps,
             weight_decay=config.weight_decay,
         )
-        warmup = config.warmup_steps
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda s: min(1.0, (s + 1) / warmup) if warmup > 0 else 1.0
+            self.optimizer, lambda step: config.lr_factor(step)
         )
 
     @property
@@ -533,6 +548,7 @@ class PolicyTrainer:
             cfg.tis_cap,
             old=mb.old.to(self.device) if mb.old is not None else None,
             tis_mode=cfg.tis_mode,
+            tis_level=cfg.tis_level,
         )
         policy_part = torch.where(mask, per_token, 0.0).mul(coef).sum()
         loss = policy_part

@@ -1,6 +1,7 @@
 // Reward and held-out curves of one or more runs (uPlot), the curriculum's pool sizes when the train
 // records carry `curriculum.*` keys, and each policy's loss and version in a run of several policies
-// (`train.<policy>.loss`, `policy_version.<policy>`). Each run's metrics are read incrementally from a
+// (`train.<policy>.loss`, `policy_version.<policy>`), and RL's signal: the policy's entropy and the share of
+// a step's groups whose rewards vary (`train.entropy`, `groups_used` of `groups`). Each run's metrics are read incrementally from a
 // byte offset, once a second for every plotted run (a finished run's poll returns nothing new), so a
 // live run's curve grows as the run writes.
 "use strict";
@@ -12,21 +13,25 @@ const POLICY_LOSS = ["train.", ".loss"];
 const POLICY_VERSION = "policy_version.";
 const POOL_COLORS = { active: "#2f7ed8", mixed: "#29a36a", parked: "#d4a106", retired: "#a05fd6" };
 const RUN_DASHES = [[], [6, 4], [2, 3], [10, 3, 2, 3]];
+const SIGNAL_COLORS = { entropy: "#17a2b8", "groups with signal": "#e4572e" };
 
 function emptyRun() {
-  // pools: name -> [[step, size]]; policies: name -> [[step, loss]]; versions: name -> [[step, version]]
-  return { offset: 0, train: [], val: [], pools: {}, policies: {}, versions: {} };
+  // pools: name -> [[step, size]]; policies: name -> [[step, loss]]; versions: name -> [[step, version]];
+  // signal: "entropy" and "groups with signal" -> [[step, value]]
+  return { offset: 0, train: [], val: [], pools: {}, policies: {}, versions: {}, signal: {} };
 }
 
 class RunCurves {
-  constructor(container, poolsContainer, policiesContainer) {
+  constructor(container, poolsContainer, policiesContainer, signalContainer) {
     this.container = container;
+    this.signalContainer = signalContainer || null; // shown only when some run has RL updates
     this.poolsContainer = poolsContainer || null; // shown only when some run has curriculum pools
     this.policiesContainer = policiesContainer || null; // shown only when some run has several policies
     this.runs = new Map(); // name -> emptyRun()
     this.plot = null;
     this.poolsPlot = null;
     this.policiesPlot = null;
+    this.signalPlot = null;
     this.timer = null;
     this.resize = new ResizeObserver(() => this.fit());
     this.resize.observe(container);
@@ -60,6 +65,7 @@ class RunCurves {
           addNamed(run.pools, record, POOL_PREFIX);
           addNamed(run.policies, record, ...POLICY_LOSS);
           addNamed(run.versions, record, POLICY_VERSION);
+          addSignal(run.signal, record);
         }
         if (record.kind === "val") run.val.push([record.step, record.val_score]);
       }
@@ -118,12 +124,18 @@ class RunCurves {
     return this.namedSeries("policies", color, label);
   }
 
+  signalSeries() {
+    const color = (name, n) => SIGNAL_COLORS[name] || PALETTE[n % PALETTE.length];
+    return this.namedSeries("signal", color, (name, key) => `${name} ${key}`);
+  }
+
   draw() {
     const { tables, series } = this.series();
     this.plot = drawChart(this.container, this.plot, tables, series, "reward / accuracy", this.width());
     if (!this.plot) this.container.append(el("p", { class: "muted" }, "No metrics yet for the selected runs."));
     if (this.poolsContainer) this.poolsPlot = this.drawCard(this.poolsContainer, this.poolsPlot, this.poolSeries(), "tasks");
     if (this.policiesContainer) this.policiesPlot = this.drawCard(this.policiesContainer, this.policiesPlot, this.policySeries(), "loss");
+    if (this.signalContainer) this.signalPlot = this.drawCard(this.signalContainer, this.signalPlot, this.signalSeries(), "entropy / share");
     performance.mark("tether:chart-drawn");
   }
 
@@ -138,7 +150,7 @@ class RunCurves {
   }
 
   fit() {
-    for (const plot of [this.plot, this.poolsPlot, this.policiesPlot]) if (plot) plot.setSize({ width: this.width(), height: 280 });
+    for (const plot of [this.plot, this.poolsPlot, this.policiesPlot, this.signalPlot]) if (plot) plot.setSize({ width: this.width(), height: 280 });
   }
 }
 
@@ -150,6 +162,15 @@ function addNamed(named, record, prefix, suffix = "") {
     const name = key.slice(prefix.length, key.length - suffix.length);
     if (name) (named[name] = named[name] || []).push([record.step, value]);
   }
+}
+
+// An RL update's entropy and share of groups with signal (imitation updates have neither).
+function addSignal(signal, record) {
+  if (record.phase === "sft") return;
+  const add = (name, value) => (signal[name] = signal[name] || []).push([record.step, value]);
+  if (typeof record["train.entropy"] === "number") add("entropy", record["train.entropy"]);
+  const groups = typeof record.groups === "number" ? record.groups : null;
+  if (groups && typeof record.groups_used === "number") add("groups with signal", record.groups_used / groups);
 }
 
 // Replaces `previous` (a uPlot or null) in `container` with a plot of `tables` ([[x, y]] each); null

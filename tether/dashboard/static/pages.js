@@ -15,7 +15,8 @@ pages.runs = async function (view) {
   const chart = el("div", { id: "chart", class: "chart", "data-points": "0" });
   const poolsChart = el("div", { id: "pools-chart", class: "chart", "data-points": "0" });
   const policiesChart = el("div", { id: "policies-chart", class: "chart", "data-points": "0" });
-  const curves = new RunCurves(chart, poolsChart, policiesChart);
+  const signalChart = el("div", { id: "signal-chart", class: "chart", "data-points": "0" });
+  const curves = new RunCurves(chart, poolsChart, policiesChart, signalChart);
   activeCurves = curves;
   const withMetrics = runs.filter((run) => run.has_metrics);
   const selected = new Set(withMetrics.slice(-1).map((run) => run.name));
@@ -55,6 +56,7 @@ pages.runs = async function (view) {
     el("section", { class: "card" }, el("h2", {}, "Reward and held-out accuracy"), chart),
     el("section", { class: "card", id: "pools", hidden: true }, el("h2", {}, "Curriculum pools (tasks)"), poolsChart),
     el("section", { class: "card", id: "policies", hidden: true }, el("h2", {}, "Policies (loss; latest version)"), policiesChart),
+    el("section", { class: "card", id: "signal", hidden: true }, el("h2", {}, "RL signal (entropy; share of groups whose rewards vary)"), signalChart),
     el(
       "div",
       { class: "scroll" },
