@@ -75,6 +75,20 @@ def summary(records: list[dict[str, Any]], sft_steps: int) -> dict[str, Any]:
         "rl_rollout_seconds": sum(r.get("rollout_seconds", 0.0) for r in updates if r.get("phase") != "sft"),
         "rl_update_seconds": sum(r.get("train.seconds", 0.0) for r in updates if r.get("phase") != "sft"),
         "val_seconds": sum(r.get("val_seconds", 0.0) for r in records if r.get("kind") == "val"),
+        "rl": rl_signal(updates),
+    }
+
+
+def rl_signal(updates: list[dict[str, Any]]) -> dict[str, Any]:
+    """What RL had to learn from: its steps, the rollouts they generated, the groups among them whose
+    rewards varied, and the samples trained on."""
+    rl = [r for r in updates if r.get("phase") != "sft"]
+    return {
+        "steps": len(rl),
+        "rollouts": sum(r.get("rollouts", 0) for r in rl),
+        "groups": sum(r.get("groups", 0) for r in rl),
+        "groups_with_signal": sum(r.get("groups_used", 0) for r in rl),
+        "samples_trained": sum(r.get("samples", 0) for r in rl),
     }
 
 
@@ -105,11 +119,14 @@ def table(rows: list[dict[str, Any]]) -> str:
     widths = [max(len(line[i]) for line in [columns, *cells]) for i in range(len(columns))]
     lines = ["  ".join(text.ljust(width) for text, width in zip(line, widths, strict=True)) for line in cells]
     header = "  ".join(text.ljust(width) for text, width in zip(columns, widths, strict=True))
-    return "\n".join(["held-out scores, 95% bootstrap intervals:", header, *lines, *coverage_table(rows)])
+    return "\n".join(
+        ["held-out scores, 95% bootstrap intervals:", header, *lines, *coverage_and_rl_lines(rows)]
+    )
 
 
-def coverage_table(rows: list[dict[str, Any]]) -> list[str]:
-    """Lines of pass@1 (greedy) and pass@K per seed and phase, for the runs that sampled."""
+def coverage_and_rl_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """Lines of pass@1 (greedy) and pass@K per seed and phase, for the runs that sampled, then what each
+    seed's RL steps had to learn from."""
     lines = []
     for row in rows:
         for phase, label in (("base", "base"), ("after_sft", "after SFT"), ("after_rl", "after RL")):
@@ -121,7 +138,16 @@ def coverage_table(rows: list[dict[str, Any]]) -> list[str]:
                 f"seed {row['seed']}, {label}: pass@1 {cell(found['pass_at_1'])}  pass@{k} "
                 f"{cell(found['pass_at_k'])}  mean@{k} {cell(found['mean_at_k'])}"
             )
-    return ["coverage (greedy pass@1 against k samples at a temperature):", *lines] if lines else []
+    lines = ["coverage (greedy pass@1 against k samples at a temperature):", *lines] if lines else []
+    for row in rows:
+        rl = row.get("rl")
+        if rl and rl["steps"]:
+            lines.append(
+                f"seed {row['seed']}, RL: {rl['steps']} steps, {rl['rollouts']} rollouts, "
+                f"{rl['groups_with_signal']} of {rl['groups']} groups with signal, "
+                f"{rl['samples_trained']} samples trained on"
+            )
+    return lines
 
 
 def main() -> None:

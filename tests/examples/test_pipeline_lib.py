@@ -134,3 +134,23 @@ def test_a_run_from_before_intervals_were_recorded_gets_them_from_its_rewards_or
     assert result["after_sft"]["interval"] == list(bootstrap_interval(list(rewards.values())))
     assert result["rl_minus_sft"] is None  # the run after RL has no per-task rewards to pair with
     assert module.cell(result["base"]) == "0.000" and module.cell(None) == "-"
+
+
+def test_the_summary_counts_what_rl_had_to_learn_from() -> None:
+    spec = importlib.util.spec_from_file_location(
+        "pipeline_summary", ROOT / "examples" / "pipeline_summary.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    records = [
+        {"kind": "train", "step": 1, "phase": "sft", "samples": 8},
+        {"kind": "train", "step": 2, "rollouts": 32, "groups": 8, "groups_used": 2, "samples": 8},
+        {"kind": "train", "step": 3, "rollouts": 16, "groups": 4, "groups_used": 3, "samples": 12},
+    ]
+    rl = module.summary(records, sft_steps=1)["rl"]
+    assert rl == {"steps": 2, "rollouts": 48, "groups": 12, "groups_with_signal": 5, "samples_trained": 20}
+    assert (
+        "2 steps, 48 rollouts, 5 of 12 groups with signal"
+        in module.coverage_and_rl_lines([{"seed": 0, "rl": rl}])[0]
+    )
