@@ -114,7 +114,7 @@ def finished(project: Path) -> list[Finished]:
     try:
         return [
             Finished(rollout, store.query_rewards(rollout.id), store.query_spans(rollout_id=rollout.id))
-            for rollout in store.list_rollouts()
+            for rollout in store.list_rollouts(limit=10_000)
         ]
     finally:
         store.close()

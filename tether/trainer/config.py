@@ -114,6 +114,6 @@ class TrainConfig:
 
         if step < self.rl_start_step:
             return ramp(step, self.warmup_steps)
-        rl = self.rl_lr if self.rl_lr is not None else self.learning_rate
         warmup = self.rl_warmup_steps or (0 if self.rl_start_step else self.warmup_steps)
-        return rl / self.learning_rate * ramp(step - self.rl_start_step, warmup)
+        scale = 1.0 if self.rl_lr is None or not self.learning_rate else self.rl_lr / self.learning_rate
+        return scale * ramp(step - self.rl_start_step, warmup)
