@@ -88,6 +88,8 @@ def test_val_k_records_pass_at_k_and_mean_at_k_of_k_samples_per_task(tmp_path: P
             assert rollout.mode == "val" and rollout.metadata[Meta.SAMPLING_OVERRIDES] == {"temperature": 1.5}
             sampled.setdefault(rollout.task_id, []).append(even_reply({}, rollout.output))
     assert sorted(sampled) == sorted(t.id for t in VAL) and {len(r) for r in sampled.values()} == {2 * k}
+    numbers = [r.sample for r in store.list_rollouts(limit=1000) if str(r.group_id).endswith("@val0k")]
+    assert sorted(set(numbers)) == list(range(k))  # each task's samples are numbered
     for index, record in enumerate(validations):
         mine = {task: rewards[index * k : (index + 1) * k] for task, rewards in sampled.items()}
         passing = {task: float(max(r) == 1.0) for task, r in mine.items()}

@@ -891,6 +891,7 @@ class _Session:
                 group_id=f"{task.id}@{label}",
                 metadata={Meta.SAMPLING_OVERRIDES: overrides, Meta.STEP: self.step},
                 key=self._key(label, task.id, sample),
+                sample=sample,
             )
             for task in self.val_tasks
             for sample in range(samples)
