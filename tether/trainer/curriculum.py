@@ -167,7 +167,8 @@ def add_curriculum_args(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="before RL's first step (after the --sft-steps updates), sample one group of every training "
         "task and train on none of it: the pools start from what the policy already solves (mixed tasks "
-        "first with --mixed-first; solved ones retired with --retire-after the group size)",
+        "first with --mixed-first; solved ones retired with --retire-after the group size). Like a "
+        "validation, its seconds are no step's and do not count against --time-budget",
     )
     group.add_argument(
         "--curriculum-from",

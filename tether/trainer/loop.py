@@ -458,6 +458,7 @@ class _Session:
                 await self._update(*self._demonstration_batch())
             if self.config.curriculum.probe and not self._probed():
                 await self._probe()
+                self.step_started = time.monotonic()  # the probe is not the first RL step's time
             await (self._train_async() if self.config.async_mode else self._train_sync())
             val_after = await self.validate() if self.val_tasks else None
         finally:
