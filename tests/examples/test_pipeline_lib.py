@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -116,13 +117,19 @@ def test_the_seeds_and_the_held_out_head_come_from_the_environment(tmp_path: Pat
     assert [row["seed"] for row in summary["rows"]] == [5]
 
 
-def test_a_run_from_before_intervals_were_recorded_gets_them_from_its_rewards_or_none() -> None:
+def summary_module() -> ModuleType:
+    """examples/pipeline_summary.py, loaded by path (examples/ is not a package)."""
     spec = importlib.util.spec_from_file_location(
         "pipeline_summary", ROOT / "examples" / "pipeline_summary.py"
     )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+def test_a_run_from_before_intervals_were_recorded_gets_them_from_its_rewards_or_none() -> None:
+    module = summary_module()
     rewards = {"a": 0.0, "b": 1.0, "c": 1.0, "d": 0.0}
     old = [
         {"kind": "val", "step": 0, "val_score": 0.0},
@@ -137,12 +144,7 @@ def test_a_run_from_before_intervals_were_recorded_gets_them_from_its_rewards_or
 
 
 def test_the_summary_counts_what_rl_had_to_learn_from() -> None:
-    spec = importlib.util.spec_from_file_location(
-        "pipeline_summary", ROOT / "examples" / "pipeline_summary.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = summary_module()
     records = [
         {"kind": "train", "step": 1, "phase": "sft", "samples": 8},
         {"kind": "train", "step": 2, "rollouts": 32, "groups": 8, "groups_used": 2, "samples": 8},
