@@ -139,7 +139,7 @@ agent_options=()
 
 run_pipeline() {
   local started=$SECONDS phase sft_steps demo_tasks seed run
-  local -a seeds runs=() signal=()
+  local -a seeds runs=() signal=() base_coverage=()
   sft_steps=$(size_of SFT_STEPS)
   read -r -a seeds <<<"$(size_of SEEDS)"
   [ "${#seeds[@]}" -gt 0 ] || seeds=(0 1)
@@ -166,7 +166,9 @@ run_pipeline() {
       --from-run "$name-teacher" --sft-steps "$sft_steps" --sft-batch "$(size_of SFT_BATCH)" \
       --lr "$(size_of LR)" --algorithm grpo --steps "$(size_of RL_STEPS)" --group-size "$(size_of GROUP)" \
       --tasks-per-step "$(size_of TASKS_PER_STEP)" --n-workers "$(size_of WORKERS)" --val-every 0 \
-      --seed "$seed" --val-k "$(val_samples)" "${signal[@]}" "${extra_train[@]}" --run "$run" --fresh "$@"
+      --seed "$seed" --val-k "$(val_samples)" "${base_coverage[@]}" "${signal[@]}" "${extra_train[@]}" \
+      --run "$run" --fresh "$@"
+    base_coverage=(--no-base-coverage)  # the base model's pass@K is every seed's: the first run measures it
     phase_time "train, seed $seed (model load, 3 validations, SFT, RL)" "$phase"
     runs+=(--run "$seed" "$project/.tether/runs/$run")
   done

@@ -103,6 +103,26 @@ def test_val_k_records_pass_at_k_and_mean_at_k_of_k_samples_per_task(tmp_path: P
         assert record["val_pass_at_1"] == record["val_score"]  # greedy, and a reward of 0 or 1
 
 
+def test_no_base_coverage_samples_only_the_validations_after_training_starts(tmp_path: Path) -> None:
+    config = TrainerConfig(
+        model="tiny-random",
+        steps=0,
+        n_workers=8,
+        timeout_s=60,
+        policy=TrainConfig(model="tiny-random", micro_batch_tokens=4096),
+        coverage=CoverageConfig(k=2, at_start=False),
+    )
+    store = SQLiteStore(tmp_path / "store.db")
+    Trainer(config, tmp_path / "run", store, TokenAuthority.generate()).fit(
+        CallableAgent(sampling_agent), VAL[:2], VAL[:3], even_reply
+    )
+    before, after = [r for r in read_metrics(tmp_path / "run") if r["kind"] == "val"]
+    assert "val_pass_at_1" in before and "val_k" not in before and "val_pass_at_k" not in before
+    assert after["val_k"] == 2 and "val_pass_at_k" in after
+    sampled = [r for r in store.list_rollouts(limit=1000) if str(r.group_id).endswith("@val0k")]
+    assert len(sampled) == 2 * 3  # the validation after training only
+
+
 def test_pass_at_k_is_the_unbiased_estimate_from_n_samples() -> None:
     assert pass_at_k(4, 0, 4) == 0.0 and pass_at_k(4, 1, 4) == 1.0
     assert pass_at_k(10, 3, 1) == pytest.approx(0.3)

@@ -1,5 +1,5 @@
-"""`--val-k`, `--val-k-temperature`, `--val-pass-reward`: held-out coverage (pass@k, mean@k) beside the
-greedy validation (`tether.trainer.coverage`)."""
+"""`--val-k`, `--val-k-temperature`, `--no-base-coverage`, `--val-pass-reward`: held-out coverage
+(pass@k, mean@k) beside the greedy validation (`tether.trainer.coverage`)."""
 
 from __future__ import annotations
 
@@ -22,6 +22,12 @@ def add_coverage_args(parser: argparse.ArgumentParser) -> None:
         "--val-k-temperature", type=float, default=1.0, help="the temperature of the --val-k samples"
     )
     parser.add_argument(
+        "--no-base-coverage",
+        action="store_true",
+        help="skip the --val-k samples at the validation before training (greedy pass@1 still runs): "
+        "the base model's coverage is the same for every seed, so one run of a sweep measures it",
+    )
+    parser.add_argument(
         "--val-pass-reward",
         type=float,
         default=1.0,
@@ -31,4 +37,9 @@ def add_coverage_args(parser: argparse.ArgumentParser) -> None:
 
 def coverage_config(args: argparse.Namespace) -> CoverageConfig:
     """The coverage settings of the command line (a ValueError for a bad one)."""
-    return CoverageConfig(k=args.val_k, temperature=args.val_k_temperature, pass_reward=args.val_pass_reward)
+    return CoverageConfig(
+        k=args.val_k,
+        temperature=args.val_k_temperature,
+        pass_reward=args.val_pass_reward,
+        at_start=not args.no_base_coverage,
+    )

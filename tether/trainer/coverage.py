@@ -25,6 +25,9 @@ class CoverageConfig:
     k: int = 0  # samples of each held-out task; 0: greedy validation only
     temperature: float = 1.0
     pass_reward: float = 1.0  # a rollout passes when its reward is at least this
+    # sample the validation before any training step too; off where another run (another seed of the same
+    # base model) measures the base's coverage already
+    at_start: bool = True
 
     def __post_init__(self) -> None:
         if self.k < 0:

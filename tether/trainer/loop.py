@@ -452,7 +452,7 @@ class _Session:
             await asyncio.to_thread(cancel_queued, self.trainer.store, run.name, "the run was resumed")
         self.runner.start()
         try:
-            val_before = await self.validate() if self.step == 0 else self._last_val()
+            val_before = await self.validate(before=True) if self.step == 0 else self._last_val()
             self.step_started = time.monotonic()
             while self.step < self.config.sft_steps and not self._out_of_time():
                 await self._update(*self._demonstration_batch())
@@ -838,7 +838,7 @@ class _Session:
 
     # -- validation and checkpoints -------------------------------------------------------------------
 
-    async def validate(self) -> float | None:
+    async def validate(self, before: bool = False) -> float | None:
         if not self.val_tasks:
             return None
         started = time.monotonic()
@@ -861,7 +861,8 @@ class _Session:
             "policy_version": self.server.policy_version,
             **await asyncio.to_thread(greedy_record, by_task, self.config.coverage.pass_reward),
         }
-        if self.config.coverage.k:
+        coverage = self.config.coverage
+        if coverage.k and (coverage.at_start or not before):
             record.update(await self._sampled_coverage())
         record["val_seconds"] = time.monotonic() - started
         self.trainer.record(record)
