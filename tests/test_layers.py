@@ -15,7 +15,7 @@ FLOORS: list[set[str]] = [
     {"contracts", "errors", "filemodes", "limits", "models", "prompts", "registry", "sampling", "teacher"},
     {"store", "engines", "ray"},  # records, the built-in engine, the Ray cluster and transfers
     {"gateway", "runner", "tracing", "adapters", "project"},  # calls recorded; records turned to samples
-    {"policy_server", "algorithms", "rewards"},  # serving, advantages, reward sources
+    {"policy_server", "algorithms", "rewards", "config"},  # serving, advantages, reward sources, settings
     {"dashboard", "compose", "stack"},  # the servers a command runs
     {"trainer"},  # the loop
     {"cli"},  # commands

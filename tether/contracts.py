@@ -123,6 +123,11 @@ DISTILLATION: Final = "opd"  # on-policy distillation from a teacher (`tether.al
 ALGORITHMS: Final = (*ADVANTAGE_METHODS, "sft", DISTILLATION)
 PROMPT_ALGORITHMS: Final = ("apo", "pareto")
 LEARNER_SHARDINGS: Final = ("replicate", "fsdp")  # `--learner-sharding` (tether.trainer.groups)
+LOSS_AGGREGATIONS: Final = ("rollout", "token")
+TIS_MODES: Final = ("truncate", "mask")
+# What one importance weight pi_old / mu covers: each token; each sample's sequence (the product of its
+# tokens' weights); or the sequence's geometric mean (the product to the power 1 / tokens).
+TIS_LEVELS: Final = ("token", "sequence", "geometric")
 
 # -- secrets from the environment (never Tether's command line: docs/security.md) --------------------
 
@@ -141,3 +146,10 @@ SECRET_ENV: Final = (
     *POSTGRES_PASSWORD_ENV,
     "WANDB_API_KEY",
 )
+
+# -- what one request may ask of the gateway, and how long a worker may go silent ---------------------
+DEFAULT_MAX_TOKENS_CAP: Final = 4096  # tokens one call may ask for (max_tokens and its spellings)
+DEFAULT_N_CAP: Final = 8  # choices one call may ask for (n, best_of)
+DEFAULT_HEADER_TIMEOUT_S: Final = 30.0  # to send a request's headers
+DEFAULT_BODY_TIMEOUT_S: Final = 60.0  # to send its body after them
+DEFAULT_HEARTBEAT_TIMEOUT_S: Final = 60.0  # a worker's silence that times its attempt out (beats: 10 s)

@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 
 from tether.compose import create_app
+from tether.contracts import DEFAULT_HEARTBEAT_TIMEOUT_S
 from tether.gateway import Gateway, GatewayConfig
 from tether.gateway.server import BackgroundServer
 from tether.gateway.upstreams import Upstream
@@ -19,7 +20,7 @@ from tether.limits import AgentQuota
 from tether.runner.pool import AgentEndpoints
 from tether.store.auth import TokenAuthority
 from tether.store.base import Store
-from tether.store.recovery import DEFAULT_HEARTBEAT_TIMEOUT_S, StaleSweeper
+from tether.store.recovery import StaleSweeper
 
 
 @dataclass

@@ -10,7 +10,7 @@ import openai
 import pytest
 
 from tests.rigs import GatewayRig
-from tether.gateway.request_checks import DEFAULT_MAX_TOKENS_CAP, DEFAULT_N_CAP
+from tether.contracts import DEFAULT_MAX_TOKENS_CAP, DEFAULT_N_CAP
 
 CHAT = {"model": "policy", "messages": [{"role": "user", "content": "hi"}]}
 ROUTES: dict[str, dict[str, Any]] = {

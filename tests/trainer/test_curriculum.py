@@ -6,12 +6,15 @@ from __future__ import annotations
 import argparse
 import logging
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.helpers import serve_app
+from tether.cli.options import add_settings
+from tether.config.training import CurriculumSettings
 from tether.contracts import Meta
 from tether.store import Reward, RolloutRequest, RolloutStatus, SQLiteStore, Store, StoreClient, Task
 from tether.store.auth import TokenAuthority
@@ -21,7 +24,6 @@ from tether.trainer.curriculum import (
     CurriculumConfig,
     CurriculumError,
     CurriculumExhausted,
-    add_curriculum_args,
     curriculum_config,
 )
 from tether.trainer.cursor import TaskCursor
@@ -270,9 +272,14 @@ def test_the_curriculum_reads_a_store_over_http(store: SQLiteStore) -> None:
         client.close()
 
 
+@dataclass
+class CurriculumTree:
+    curriculum: CurriculumSettings = field(default_factory=CurriculumSettings)
+
+
 def test_the_command_line_options() -> None:
     parser = argparse.ArgumentParser(formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    add_curriculum_args(parser)
+    add_settings(parser, CurriculumTree())
     args = parser.parse_args(
         "--retire-after 3 --park-after 5 --revisit-every 10 --mixed-first --success-reward 0.8 "
         "--curriculum-from a --curriculum-from b".split()

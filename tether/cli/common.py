@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
-from tether.cli.secrets import UPSTREAM_KEY, add_secret_arg, secret_value
+from tether.cli.secrets import UPSTREAM_KEY, secret_value
 from tether.contracts import POLICY_UPSTREAM
 from tether.policy_server import openai as openai_kind
 from tether.policy_server.builtin import options as builtin_kind
@@ -21,24 +21,9 @@ from tether.trainer.placement import LocalPlacement, Placement
 if TYPE_CHECKING:
     from tether.gateway.upstreams import Upstream
     from tether.policy_server import PolicyServer, PolicyServerOptions
-from tether.contracts import LEARNER_SHARDINGS
 from tether.project import Project
-from tether.ray.cluster import WEIGHT_TRANSFERS
 from tether.runner.runs import RunError, RunRecord, default_run_name, start_run
 from tether.store import Store, StoreError, StoreOptions, StoreURLError, Task, open_store
-from tether.store.backends import STORE_ENV
-
-
-def add_policy_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--model",
-        default="smollm2-135m",
-        help="policy model for the built-in engine: smollm2-135m, tiny-random, or a local HF folder",
-    )
-    openai_kind.add_args(parser)
-    add_secret_arg(parser, UPSTREAM_KEY)
-    builtin_kind.add_args(parser)
-    vllm_kind.add_args(parser)
 
 
 def engine_kind(args: argparse.Namespace) -> str:
@@ -113,46 +98,6 @@ def opened_policy_server(kind: str, options: PolicyServerOptions, console: Conso
     return server
 
 
-def add_store_arg(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--store",
-        metavar="URL",
-        help="the store: a SQLite file path or sqlite:///PATH, memory:, postgresql://USER@HOST:PORT/DB "
-        f"(never a password here: PGPASSWORD, ~/.pgpass or ${STORE_ENV}), or http(s)://HOST:PORT of a "
-        f"`tether serve` (default: ${STORE_ENV}, else .tether/store.db of the project)",
-    )
-    parser.add_argument("--project-dir", help="project directory holding .tether/ (default: cwd)")
-
-
-def add_run_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--run",
-        metavar="NAME",
-        help="the run's name (default: derived from the command line, so running the same command "
-        "again resumes the run: only what is missing runs)",
-    )
-    parser.add_argument(
-        "--fresh",
-        action="store_true",
-        help="start the run over: the old one is kept under NAME~N, its queued rollouts cancelled",
-    )
-
-
-def add_runner_kind_args(parser: argparse.ArgumentParser) -> None:
-    """`--runner KIND`: where the agents run (a kind registered in tether/runner/pools.py), and the
-    Kubernetes runner's options."""
-    from tether.runner.k8s.cli import add_arguments
-    from tether.runner.pools import PLACED_KINDS, POOL_KINDS
-
-    parser.add_argument(
-        "--runner",
-        choices=[kind for kind in POOL_KINDS.kinds() if kind not in PLACED_KINDS],
-        default="local",
-        help="local: agents are processes on this machine; k8s: one Kubernetes Job per attempt",
-    )
-    add_arguments(parser)
-
-
 def runner_pools(args: argparse.Namespace, command: str, tasks: Sequence[Task], agent: Any) -> Any:
     """The pool factory `--runner` names (None: the local pool), checked before anything runs."""
     from tether.runner.k8s.cli import check_unused, kubernetes_pools_for
@@ -200,59 +145,3 @@ def begin_run(
     verb = f"resuming run {name} (start {record.starts})" if record.resumed else f"run {name}"
     Console(stderr=True).print(f"[bold]{verb}[/]")
     return record
-
-
-def add_ray_args(parser: argparse.ArgumentParser, learner: bool = False) -> None:
-    """`--ray [ADDRESS]` and its options (see docs/scaling.md); `learner` adds `--learner-ranks`."""
-    group = parser.add_argument_group("Ray (docs/scaling.md)")
-    group.add_argument(
-        "--ray",
-        nargs="?",
-        const="local",
-        metavar="ADDRESS",
-        help="run rollout workers (and replicas, learner ranks) as Ray actors: no ADDRESS starts a local "
-        "cluster, `auto` joins the one $RAY_ADDRESS names, else HOST:PORT of a cluster",
-    )
-    group.add_argument(
-        "--agent-cpus", type=float, default=1.0, help="--ray: CPUs each agent reserves (decides placement)"
-    )
-    group.add_argument(
-        "--agent-resources",
-        metavar="JSON",
-        help="--ray: custom Ray resources each agent needs, e.g. '{\"sandbox\": 1}'",
-    )
-    group.add_argument(
-        "--replicas",
-        type=int,
-        default=0,
-        help="--ray: policy-server replica actors, sticky by rollout (0: serve from this process)",
-    )
-    group.add_argument("--gpus-per-replica", type=float, help="--ray: default 1 where the cluster has GPUs")
-    group.add_argument(
-        "--advertise-host",
-        metavar="HOST",
-        help="--ray: the address other nodes reach the gateway and store at, and that the gateway binds "
-        "(default: this node's IP; without --ray the gateway binds 127.0.0.1)",
-    )
-    group.add_argument(
-        "--weights-transfer",
-        choices=WEIGHT_TRANSFERS,
-        default="auto",
-        help="--ray: how policy weights and checkpoints reach actors: by path on a shared filesystem, "
-        "or streamed through Ray's object store; auto (default) probes each actor's node",
-    )
-    if learner:
-        group.add_argument(
-            "--learner-ranks",
-            type=int,
-            default=1,
-            help="--ray: learner ranks, one torch.distributed group (gloo on CPU, NCCL on GPU)",
-        )
-        group.add_argument(
-            "--learner-sharding",
-            choices=LEARNER_SHARDINGS,
-            default="replicate",
-            help="--ray: replicate (data parallel: every rank holds the whole model) or fsdp (FSDP2: "
-            "each rank holds 1/N of the parameters, gradients and optimizer state, for models that do "
-            "not fit on one device); the update is the single-rank one either way",
-        )

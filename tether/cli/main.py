@@ -7,6 +7,7 @@ import sys
 
 from tether import __version__
 from tether.cli import optimize_cmd, plot_cmd, rollout_cmd, serve, store_cmd, train_cmd, transitions_cmd
+from tether.cli.options import config_file_in, load_config_file, print_config, resolve_lists
 from tether.cli.quiet import configure_output
 from tether.cli.secrets import refuse_secrets
 from tether.engines.openmp import prefer_passive_waiting
@@ -43,13 +44,33 @@ MODEL_COMMANDS = frozenset({"train", "serve", "rollout", "optimize-prompt"})
 
 def main(argv: list[str] | None = None) -> int:
     prefer_passive_waiting()
-    refuse_secrets(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
+    words = sys.argv[1:] if argv is None else argv
+    refuse_secrets(words)
+    parser = build_parser()
+    config_file = config_file_in(words)
+    if config_file is not None:
+        command = _command_parser(parser, words)
+        if command is not None:
+            load_config_file(command, config_file, command.prog)
+    args = parser.parse_args(argv)
+    resolve_lists(args)
+    if getattr(args, "print_config", False):
+        print_config(args)
+        return 0
     configure_output(getattr(args, "verbose", False), args.command in MODEL_COMMANDS)
     try:
         return int(args.command_main(args) or 0)
     except KeyboardInterrupt:
         return 130
+
+
+def _command_parser(parser: argparse.ArgumentParser, words: list[str]) -> argparse.ArgumentParser | None:
+    """The subcommand's parser that a command line names (its first word that is a command)."""
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for word in words:
+        if word in commands.choices:
+            return commands.choices[word]
+    return None
 
 
 if __name__ == "__main__":

@@ -25,13 +25,13 @@ from tether.algorithms.prompt_search import (
     SearchError,
     SearchResult,
 )
-from tether.cli.common import add_policy_args, add_ray_args, add_run_args, add_runner_kind_args, add_store_arg
 from tether.cli.experiment import open_experiment
+from tether.cli.options import add_settings
 from tether.cli.progress import progress_bar
-from tether.cli.quota_args import add_agent_quota_args
-from tether.cli.rollout_cmd import add_runner_args, command_settings, load_inputs, runner_config
-from tether.cli.secrets import OPTIMIZER_KEY, add_secret_arg, secret_value
-from tether.contracts import DEFAULT_ROUTE, POLICY_UPSTREAM, PROMPT_ALGORITHMS
+from tether.cli.rollout_cmd import command_settings, load_inputs, runner_config
+from tether.cli.secrets import JUDGE_KEY, OPTIMIZER_KEY, UPSTREAM_KEY, add_secret_arg, secret_value
+from tether.config.commands import OptimizePromptSettings
+from tether.contracts import DEFAULT_ROUTE, POLICY_UPSTREAM
 from tether.gateway import HTTPUpstream, HTTPUpstreamConfig
 from tether.gateway.upstreams import Upstream
 from tether.runner import RewardError, Runner, TaskFileError, load_tasks
@@ -55,48 +55,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    add_runner_args(parser)
-    add_runner_kind_args(parser)
-    add_policy_args(parser)
-    parser.add_argument("--val-tasks", required=True, metavar="FILE", help="tasks candidates are scored on")
-    parser.add_argument(
-        "--optimizer-endpoint",
-        required=True,
-        metavar="URL",
-        help="OpenAI-compatible base URL of the optimizer model, or 'policy' for the policy itself",
-    )
-    parser.add_argument("--optimizer-model", metavar="NAME", help="model name for the optimizer endpoint")
+    add_settings(parser, OptimizePromptSettings())
+    add_secret_arg(parser, JUDGE_KEY)
+    add_secret_arg(parser, UPSTREAM_KEY)
     add_secret_arg(parser, OPTIMIZER_KEY)
-    parser.add_argument("--optimizer-temperature", type=float, default=0.7)
-    parser.add_argument("--optimizer-max-tokens", type=int, default=1024, help="longest optimizer answer")
-    parser.add_argument("--algorithm", choices=list(PROMPT_ALGORITHMS), default="apo")
-    parser.add_argument("--budget", type=int, default=64, help="agent rollouts in all, never exceeded")
-    parser.add_argument("--beam-width", type=int, default=2, help="apo: prompts kept each round")
-    parser.add_argument("--branch-factor", type=int, default=2, help="apo: rewrites per beam prompt")
-    parser.add_argument("--rounds", type=int, default=3, help="apo: rounds")
-    parser.add_argument(
-        "--batch-size", type=int, default=4, help="training rollouts the optimizer reads per critique"
-    )
-    parser.add_argument("--val-batch-size", type=int, default=4, help="validation tasks per candidate")
-    parser.add_argument("--merge-probability", type=float, default=0.25, help="pareto: chance of a merge")
-    parser.add_argument("--max-iterations", type=int, default=100, help="pareto: iterations at most")
-    parser.add_argument(
-        "--initial-prompt", metavar="FILE", help="starting prompt (default: the agent's own, read from a run)"
-    )
-    parser.add_argument("--prompt-name", default="system", help="name of the prompt resource in the store")
-    parser.add_argument(
-        "--override",
-        choices=["replace", "marked", "none"],
-        default="replace",
-        help="how the gateway puts the candidate in: the whole system message, only its "
-        "<<prompt>>...<</prompt>> span, or not at all (the agent calls tether.get_prompt)",
-    )
-    parser.add_argument("--out", required=True, metavar="FILE", help="where to write the best prompt")
-    parser.add_argument("--seed", type=int, default=0)
-    add_run_args(parser)
-    add_store_arg(parser)
-    add_agent_quota_args(parser)
-    add_ray_args(parser)
     parser.set_defaults(command_main=run)
 
 

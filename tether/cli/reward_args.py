@@ -6,54 +6,11 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from tether.cli.secrets import JUDGE_KEY, add_secret_arg, secret_value
+from tether.cli.secrets import JUDGE_KEY, secret_value
 from tether.rewards import RewardOptions, combine, parse_weights, reward_source
 from tether.rewards.rank import GroupScorer
 from tether.rewards.sources import split_sources
 from tether.runner.rewards import Evaluator, RewardError
-
-
-def add_reward_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--reward",
-        metavar="SPEC",
-        action="append",
-        help="how rollouts are scored; give it more than once for several rewards. MODULE:FUNCTION or "
-        "file.py:FUNCTION: an evaluator (task, output[, trace]) -> float or {name: float}, given the whole "
-        "task, its 'reference' (the fields no agent sees) included. judge:RUBRIC.md: an LLM judge at "
-        "--judge-url grades each rollout against the rubric (reward 'judge', 0 to 1). judge-rank:RUBRIC.md "
-        "(tether train): the judge scores each group's rollouts together, relative to one another (reward "
-        "'judge_rank', the training reward; held-out rollouts are scored by the other --reward sources). "
-        'http(s)://URL: a reward-model server, POSTed {"task", "output", "calls", "agent_reported"} '
-        "(calls: the model calls the gateway recorded; agent_reported: the spans the agent sent itself), "
-        "answering "
-        '{"reward": X} or {"rewards": {NAME: X}}',
-    )
-    parser.add_argument(
-        "--reward-weights",
-        metavar="NAME=W,...",
-        help="the reward is the weighted sum of these named rewards (e.g. format=0.2,judge=0.8); the "
-        "named ones are kept beside it",
-    )
-    parser.add_argument(
-        "--judge-url", metavar="URL", help="the judge's OpenAI-compatible endpoint, ending in /v1"
-    )
-    parser.add_argument("--judge-model", metavar="NAME", default="judge", help="the model name to ask for")
-    add_secret_arg(parser, JUDGE_KEY)
-    parser.add_argument(
-        "--reward-timeout",
-        type=float,
-        default=60.0,
-        metavar="SECONDS",
-        help="per call of a judge or reward server (default 60)",
-    )
-    parser.add_argument(
-        "--reward-retries",
-        type=int,
-        default=2,
-        metavar="N",
-        help="retries of a judge or reward server call that failed or answered out of format (default 2)",
-    )
 
 
 def rewards_from_args(args: argparse.Namespace) -> tuple[Evaluator | None, GroupScorer | None]:

@@ -17,13 +17,14 @@ from rich.progress import Progress
 from rich.table import Table
 from rich.text import Text
 
-from tether.cli.common import add_policy_args, add_ray_args, add_run_args, add_runner_kind_args, add_store_arg
 from tether.cli.experiment import open_experiment
+from tether.cli.options import add_settings
 from tether.cli.progress import progress_bar
-from tether.cli.quota_args import add_agent_quota_args
-from tether.cli.reward_args import add_reward_args, reward_setting, rewards_from_args
-from tether.cli.sandbox_args import add_sandbox_args, sandbox_from_args
+from tether.cli.reward_args import reward_setting, rewards_from_args
+from tether.cli.sandbox_args import sandbox_from_args
+from tether.cli.secrets import JUDGE_KEY, UPSTREAM_KEY, add_secret_arg
 from tether.cli.text import shown
+from tether.config.commands import RolloutSettings
 from tether.contracts import TASK_REFERENCE, Meta, has_reference
 from tether.runner import (
     AIRRules,
@@ -58,84 +59,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    add_runner_args(parser)
-    add_runner_kind_args(parser)
-    add_policy_args(parser)
-    parser.add_argument("--group-size", type=int, default=1, help="rollouts per task (a GRPO group)")
-    parser.add_argument("--mode", default="train", help="label stored on the rollouts (train, val, ...)")
-    add_run_args(parser)
-    add_store_arg(parser)
-    add_agent_quota_args(parser)
-    add_ray_args(parser)
+    add_settings(parser, RolloutSettings())
+    add_secret_arg(parser, JUDGE_KEY)
+    add_secret_arg(parser, UPSTREAM_KEY)
     parser.set_defaults(command_main=run)
-
-
-def add_runner_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--agent",
-        required=True,
-        metavar="COMMAND",
-        help='the agent command, e.g. "python my_agent.py --q {question}". It is run directly, not by a '
-        "shell: each {field} of the task becomes exactly one argument. Do not wrap it in sh -c: a shell "
-        "would run whatever a task field says",
-    )
-    parser.add_argument(
-        "--agent-cwd",
-        metavar="DIR",
-        help="working directory of every agent (default: a fresh scratch directory per attempt, outside "
-        "the project, removed afterwards; relative paths in --agent are resolved from here first)",
-    )
-    parser.add_argument(
-        "--agent-user",
-        metavar="USER",
-        help="run agents as this OS user (Tether must run as root), so they cannot read the project's "
-        "secret and store: see docs/security.md",
-    )
-    add_sandbox_args(parser)
-    parser.add_argument(
-        "--agent-cold",
-        action="store_true",
-        help="start every agent as a fresh process. By default each Python agent (`python SCRIPT.py "
-        "...` or `python -m MODULE ...`) is forked from a warm interpreter of its own Python that has "
-        "the script's top-level imports (of the standard library and site-packages only) loaded, and "
-        "runs exactly as a cold start would (argv, cwd, environment, exit code, timeouts; with "
-        "--sandbox bwrap, the same sandbox). Other commands, modules that start a thread or open a "
-        "socket at import, and sandboxed agents with --agent-cwd start cold, with one line saying why",
-    )
-    parser.add_argument(
-        "--agent-warm",
-        action="store_true",
-        help="warm starts, the default (kept so that older command lines still work)",
-    )
-    parser.add_argument(
-        "--agent-preload",
-        metavar="MODULES",
-        help="the comma-separated modules the warm interpreter imports (default: the script's own "
-        "top-level imports); not with --agent-cold",
-    )
-    parser.add_argument(
-        "--tasks",
-        required=True,
-        metavar="FILE",
-        help="task file: JSON lines, one task each; a task's 'reference' object is for --reward only",
-    )
-    add_reward_args(parser)
-    parser.add_argument("--primary-reward", metavar="NAME", help="which named reward of a dict is the reward")
-    parser.add_argument("--n-workers", type=int, default=4, help="agents running at once")
-    parser.add_argument("--max-attempts", type=int, default=1, help="attempts per rollout (crash, timeout)")
-    parser.add_argument("--timeout", type=float, default=300.0, help="seconds per attempt")
-    parser.add_argument(
-        "--agent-rewards",
-        choices=sorted(AGENT_REWARDS),
-        default="auto",
-        help="whether rewards the agent reports itself count as its reward: auto counts them only when "
-        "there is no --reward evaluator (an agent under training must not grade itself)",
-    )
-    parser.add_argument(
-        "--no-air",
-        action="store_true",
-        help="no automatic intermediate rewards (tool errors, truncation, bad JSON)",
-    )
 
 
 def runner_config(args: argparse.Namespace) -> RunnerConfig:

@@ -16,7 +16,6 @@ from tether.project import Project
 from tether.rewards import evaluator_files
 from tether.runner.agents import PRIVATE_VARIABLES, agent_identity
 from tether.runner.sandbox import (
-    SANDBOXES,
     Sandbox,
     SandboxError,
     SandboxLimits,
@@ -38,56 +37,6 @@ SANDBOX_ONLY = (
     "--sandbox-memory",
     "--sandbox-processes",
 )
-
-
-def add_sandbox_args(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("sandbox (see docs/security.md)")
-    group.add_argument(
-        "--sandbox",
-        choices=[AUTO, *SANDBOXES.kinds()],
-        default=AUTO,
-        help="bwrap: each agent runs under bubblewrap with its own PID, IPC, mount and network namespaces, "
-        "an allow-listed environment, a read-only view of the system, its interpreter and its own folder "
-        "(nothing else of the host), a writable scratch directory, resource limits, and no network but "
-        "the gateway; none: agents are ordinary child processes that can read and write what Tether can; "
-        f"{AUTO} (the default): bwrap where it runs here, else none with one line saying why",
-    )
-    group.add_argument(
-        "--sandbox-env",
-        metavar="NAME",
-        action="append",
-        default=[],
-        help="pass this variable of Tether's environment to sandboxed agents (repeatable); they get only "
-        "PATH, LANG, LC_*, TZ, TERM and Tether's own variables for the rollout otherwise",
-    )
-    group.add_argument(
-        "--sandbox-hide",
-        metavar="PATH",
-        action="append",
-        default=[],
-        help="a file or directory sandboxed agents must not see (repeatable), inside what they are shown",
-    )
-    group.add_argument(
-        "--sandbox-show",
-        metavar="PATH",
-        action="append",
-        default=[],
-        help="a file or directory sandboxed agents see, read-only (repeatable): they see the system's "
-        "/usr, /lib*, /bin and /etc (less what only root may read), their interpreter or virtual "
-        "environment, the folders of the files their command names, and nothing else of the host",
-    )
-    limits = (
-        ("--sandbox-cpu", "SECONDS", f"CPU seconds per agent process (RLIMIT_CPU; default {DEFAULTS.cpu_s})"),
-        ("--sandbox-memory", "MIB", f"address space per process (RLIMIT_AS; default {DEFAULTS.memory_mib})"),
-        (
-            "--sandbox-processes",
-            "N",
-            f"processes and threads of the whole sandbox (RLIMIT_NPROC, not applied to uid 0: as root "
-            f"add --agent-user; default {DEFAULTS.processes})",
-        ),
-    )
-    for flag, metavar, text in limits:
-        group.add_argument(flag, type=int, metavar=metavar, help=f"{text}; 0: no limit")
 
 
 def sandbox_from_args(

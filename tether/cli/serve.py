@@ -11,16 +11,16 @@ from pathlib import Path
 import uvicorn
 from rich.console import Console
 
-from tether.cli.common import add_policy_args, add_store_arg, open_cli_store, serving_policy
-from tether.cli.quota_args import add_agent_quota_args, agent_quota
+from tether.cli.common import open_cli_store, serving_policy
+from tether.cli.options import add_settings
+from tether.cli.quota_args import agent_quota
+from tether.cli.secrets import UPSTREAM_KEY, add_secret_arg
 from tether.compose import create_app
+from tether.config.commands import ServeSettings
 from tether.contracts import DEFAULT_ROUTE, POLICY_UPSTREAM
 from tether.dashboard import DashboardConfig
 from tether.gateway import Gateway, GatewayConfig
-from tether.gateway.request_checks import DEFAULT_MAX_TOKENS_CAP, DEFAULT_N_CAP
 from tether.gateway.server import (
-    DEFAULT_BODY_TIMEOUT_S,
-    DEFAULT_HEADER_TIMEOUT_S,
     ClientTimeouts,
     listen,
     server_config,
@@ -28,7 +28,7 @@ from tether.gateway.server import (
 )
 from tether.project import Project
 from tether.store.backends import scheme_of
-from tether.store.recovery import DEFAULT_HEARTBEAT_TIMEOUT_S, StaleSweeper
+from tether.store.recovery import StaleSweeper
 
 console = Console(stderr=True)
 
@@ -46,71 +46,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    add_policy_args(parser)
-    parser.add_argument(
-        "--adapter",
-        metavar="DIR",
-        help="built-in engine: serve --model with this LoRA adapter (a run's policies/vN or checkpoint/"
-        "policy folder), e.g. as the teacher of `tether train --algorithm opd`",
-    )
-    parser.add_argument(
-        "--route",
-        action="append",
-        default=[],
-        metavar="ALIAS=UPSTREAM",
-        help="route a model name to an upstream (repeatable); '*=policy' is the default",
-    )
-    parser.add_argument("--host", default="127.0.0.1", help="interface to bind (loopback by default)")
-    parser.add_argument("--port", type=int, default=8000, help="port to bind (0 picks a free one)")
-    add_store_arg(parser)
-    parser.add_argument("--no-session", action="store_true", help="do not open an ad-hoc session rollout")
-    parser.add_argument("--log-level", default="warning", help="uvicorn log level")
-    parser.add_argument(
-        "--heartbeat-timeout",
-        type=float,
-        default=DEFAULT_HEARTBEAT_TIMEOUT_S,
-        metavar="SECONDS",
-        help="a running attempt whose worker has not heartbeated for this long is timed out and its "
-        "rollout requeued (checked at start, so a restart recovers what was running, then periodically)",
-    )
-    add_limit_args(parser)
-    add_agent_quota_args(parser)
+    add_settings(parser, ServeSettings())
+    add_secret_arg(parser, UPSTREAM_KEY)
     parser.set_defaults(command_main=run)
-
-
-def add_limit_args(parser: argparse.ArgumentParser) -> None:
-    """What one agent may ask of the server: per-call caps and how long it may take to send a request."""
-    limits = parser.add_argument_group("limits (per request, whoever sends it)")
-    limits.add_argument(
-        "--max-tokens-cap",
-        type=int,
-        default=DEFAULT_MAX_TOKENS_CAP,
-        metavar="N",
-        help="refuse (400) a call asking for more tokens than this: max_tokens, max_completion_tokens, "
-        "Responses max_output_tokens, Messages max_tokens",
-    )
-    limits.add_argument(
-        "--n-cap",
-        type=int,
-        default=DEFAULT_N_CAP,
-        metavar="N",
-        help="refuse (400) a call asking for more choices than this (n, best_of)",
-    )
-    limits.add_argument(
-        "--header-timeout",
-        type=float,
-        default=DEFAULT_HEADER_TIMEOUT_S,
-        metavar="SECONDS",
-        help="close a connection that has not sent a request's headers within this time (0: never)",
-    )
-    limits.add_argument(
-        "--body-timeout",
-        type=float,
-        default=DEFAULT_BODY_TIMEOUT_S,
-        metavar="SECONDS",
-        help="close a connection that has not sent a request's body within this time after its "
-        "headers (0: never)",
-    )
 
 
 def parse_routes(items: list[str]) -> dict[str, str]:

@@ -14,9 +14,15 @@ from rich.table import Table
 from rich.text import Text
 
 from tether.adapters.build import ALL_ROWS
-from tether.cli.common import add_store_arg
+from tether.cli.options import add_settings
 from tether.cli.secrets import STORE_TOKEN, add_secret_arg, secret_value
 from tether.cli.text import shown
+from tether.config.inspect import (
+    ListRolloutsSettings,
+    RewardAgreementSettings,
+    StoreMigrationSettings,
+    StoreReadSettings,
+)
 from tether.contracts import is_call_span
 from tether.project import Project
 from tether.store import NotFound, RolloutStatus, Store, StoreError, StoreOptions, open_store, rollout_reward
@@ -33,21 +39,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="list and inspect rollouts, spans and rewards",
         description="Read the project's store (--store: a SQLite file, or a running `tether serve`).",
     )
-    add_store_arg(parser)
+    add_settings(parser, StoreReadSettings(), config_file=False)
     parser.add_argument("--db", help=argparse.SUPPRESS)  # older spelling of --store PATH
     parser.add_argument("--url", help=argparse.SUPPRESS)  # older spelling of --store URL
     add_secret_arg(parser, STORE_TOKEN, otherwise=", else .tether/admin_token")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
 
     rollouts = actions.add_parser("rollouts", help="list rollouts")
-    rollouts.add_argument("--run", metavar="NAME", help="only this run's rollouts")
-    rollouts.add_argument("--status", choices=[s.value for s in RolloutStatus])
-    rollouts.add_argument("--limit", type=int, default=50, help="at most this many (0: all)")
-    rollouts.add_argument(
-        "--json",
-        action="store_true",
-        help="one JSON object per line: id, run, task_id, sample, status, attempts, reward (for scripts)",
-    )
+    add_settings(rollouts, ListRolloutsSettings(), config_file=False)
     rollouts.set_defaults(command_main=list_rollouts)
 
     runs = actions.add_parser("runs", help="list the runs that have rollouts")
@@ -69,15 +68,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "to record both): each read as pass/fail at --threshold, their agreement rate with its 95%% "
         "bootstrap interval, Cohen's kappa, and Pearson's r of the raw values.",
     )
-    agree.add_argument("--run", metavar="NAME", required=True, help="the run whose rollouts are compared")
-    agree.add_argument(
-        "--rewards", metavar="FIRST,SECOND", required=True, help="the two reward names, e.g. judge,correct"
-    )
-    agree.add_argument(
-        "--mode", choices=["val", "train", "all"], default="val", help="which rollouts (default: held-out)"
-    )
-    agree.add_argument("--threshold", type=float, default=0.5, help="a reward at least this passes (0.5)")
-    agree.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    add_settings(agree, RewardAgreementSettings(), config_file=False)
     agree.set_defaults(command_main=reward_agreement)
 
     migrate = actions.add_parser(
@@ -86,9 +77,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description="Copy tasks, rollouts, attempts, spans, rewards and resources, as they are, then check "
         "every table's count. The target must be empty unless --force.",
     )
-    migrate.add_argument("--from", dest="source", metavar="URL", help="the store to copy (default: --store)")
-    migrate.add_argument("--to", dest="target", metavar="URL", required=True, help="the store to copy into")
-    migrate.add_argument("--force", action="store_true", help="add to a target that already has records")
+    add_settings(migrate, StoreMigrationSettings(), config_file=False)
     migrate.set_defaults(command_main=migrate_stores)
     parser.set_defaults(command_main=lambda _: parser.print_help() or 2)
 

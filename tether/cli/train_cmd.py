@@ -9,30 +9,24 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
-from tether.cli.common import (
-    add_ray_args,
-    add_runner_kind_args,
-    add_store_arg,
-    engine_kind,
-    policy_server_options,
-)
-from tether.cli.coverage_args import add_coverage_args, coverage_config
+from tether.cli.common import engine_kind, policy_server_options
+from tether.cli.coverage_args import coverage_config
 from tether.cli.experiment import open_experiment
+from tether.cli.options import add_settings, settings_from_args, write_config
 from tether.cli.plot_cmd import plot
 from tether.cli.progress import held_out_score, step_progress
-from tether.cli.quota_args import add_agent_quota_args, agent_quota
+from tether.cli.quota_args import agent_quota
 from tether.cli.reward_args import reward_setting, rewards_from_args
-from tether.cli.rollout_cmd import AGENT_REWARDS, add_runner_args, load_inputs, warn_if_the_agent_user_reads
-from tether.cli.secrets import TEACHER_KEY, add_secret_arg, secret_value
-from tether.contracts import ALGORITHMS, POLICY_UPSTREAM
-from tether.policy_server.builtin import options as builtin_kind
-from tether.policy_server.vllm import options as vllm_kind
+from tether.cli.rollout_cmd import load_inputs, warn_if_the_agent_user_reads
+from tether.cli.secrets import JUDGE_KEY, TEACHER_KEY, add_secret_arg, secret_value
+from tether.config.agent import AGENT_REWARDS
+from tether.config.commands import TrainSettings
+from tether.contracts import POLICY_UPSTREAM
 from tether.project import Project
 from tether.rewards.rank import GroupScorer
 from tether.runner import RewardError, TaskFileError, load_tasks
 from tether.runner.rewards import check_reference_reader
-from tether.trainer.config import TIS_LEVELS
-from tether.trainer.curriculum import add_curriculum_args, curriculum_config
+from tether.trainer.curriculum import curriculum_config
 from tether.trainer.policies import parse_policy
 
 if TYPE_CHECKING:
@@ -57,246 +51,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    add_runner_args(parser)
-    add_runner_kind_args(parser)
-    builtin_kind.add_args(parser)
-    vllm_kind.add_args(parser)
-    parser.add_argument("--val-tasks", metavar="FILE", help="held-out tasks scored before, during and after")
-    parser.add_argument(
-        "--val-reward",
-        metavar="NAME",
-        help="score held-out rollouts by this named reward, not the one training uses: train on a judge, "
-        "validate with the evaluator (--reward judge:RUBRIC.md --reward evaluator.py:fn "
-        "--reward-weights judge=1 --val-reward fn)",
-    )
-    parser.add_argument(
-        "--model", default="smollm2-135m", help="smollm2-135m, tiny-random or a local HF folder"
-    )
-    parser.add_argument(
-        "--algorithm",
-        default="grpo",
-        choices=list(ALGORITHMS),
-        help="grpo, drgrpo, rloo: group-relative RL on the rewards; sft: imitate --from-run; opd: on-policy "
-        "distillation, every sampled token scored by --teacher (the per-token reverse KL is its advantage, "
-        "no reward needed; groups of one work)",
-    )
-    parser.add_argument(
-        "--teacher",
-        metavar="URL",
-        help="opd: the teacher's OpenAI-compatible base URL (ending in /v1) that answers prompt_logprobs: "
-        "vLLM, or `tether serve --model M [--adapter DIR]`; it must share the student's tokenizer",
-    )
-    parser.add_argument(
-        "--teacher-model", metavar="NAME", default="teacher", help="opd: the model name to ask for"
-    )
+    add_settings(parser, TrainSettings())
+    add_secret_arg(parser, JUDGE_KEY)
     add_secret_arg(parser, TEACHER_KEY)
-    parser.add_argument("--steps", type=int, default=20, help="policy updates")
-    parser.add_argument(
-        "--time-budget",
-        type=float,
-        metavar="SECONDS",
-        help="stop updating once the training steps (rollouts, teacher scoring, updates; not "
-        "validations) have taken this many wall-clock seconds, whichever of this and --steps comes "
-        "first; a resumed run counts its earlier starts' steps. Compares algorithms at equal time",
-    )
-    parser.add_argument(
-        "--from-run",
-        metavar="NAME",
-        help="demonstrations: imitate the successful rollouts of run NAME (e.g. a `tether rollout "
-        "--upstream` run against a teacher), their recorded messages tokenized with the policy's chat "
-        "template; every step with --algorithm sft, else the first --sft-steps updates before RL",
-    )
-    parser.add_argument(
-        "--sft-steps",
-        type=int,
-        default=0,
-        help="with --from-run and an RL algorithm: imitation updates before RL",
-    )
-    parser.add_argument(
-        "--sft-batch", type=int, default=8, help="demonstration rollouts per imitation update"
-    )
-    parser.add_argument(
-        "--sft-min-reward",
-        type=float,
-        default=1.0,
-        help="sft: imitate only rollouts whose reward is at least this",
-    )
-    parser.add_argument("--group-size", type=int, default=8, help="rollouts per task in a step (a group)")
-    parser.add_argument("--tasks-per-step", type=int, default=4, help="groups per update")
-    parser.add_argument("--lr", type=float, help="learning rate (default 1e-4 LoRA, 1e-5 full)")
-    parser.add_argument(
-        "--rl-lr",
-        type=float,
-        help="the learning rate of the RL updates, apart from the --sft-steps imitation updates before them "
-        "(default: --lr)",
-    )
-    parser.add_argument(
-        "--rl-warmup-steps",
-        type=int,
-        default=0,
-        help="RL's learning rate rises linearly over its first N updates",
-    )
-    parser.add_argument("--full", action="store_true", help="full fine-tuning instead of LoRA")
-    parser.add_argument("--lora-r", type=int, default=16, help="LoRA rank")
-    parser.add_argument("--kl-coef", type=float, default=0.0, help="KL penalty to the base model")
-    parser.add_argument(
-        "--micro-batch-tokens",
-        type=int,
-        default=2048,
-        help="tokens per forward/backward pass; lower it if memory runs short",
-    )
-    parser.add_argument(
-        "--no-shared-prefixes",
-        action="store_true",
-        help="the update runs every sample's whole prompt, instead of each prefix that samples share (a "
-        "group's prompt, a system prompt, a rollout's earlier calls) once; for comparison only, the "
-        "gradient is the same",
-    )
-    parser.add_argument(
-        "--val-every", type=int, default=5, help="validate every N steps (0: before/after only)"
-    )
-    add_coverage_args(parser)
-    parser.add_argument("--checkpoint-every", type=int, default=5, help="checkpoint every N steps")
-    parser.add_argument("--no-merge", action="store_true", help="one transition per call, no prefix merging")
-    parser.add_argument(
-        "--train-agent",
-        action="append",
-        metavar="NAME",
-        help="train only the calls of this agent name (repeatable; default all). An agent is named by "
-        "its X-Tether-Agent header, an enclosing OpenTelemetry span's agent name, or its model alias",
-    )
-    parser.add_argument(
-        "--policy",
-        action="append",
-        metavar="NAME=lora:rR[:lr=X]",
-        help="train a LoRA adapter of its own for the agent that asks for model NAME (repeatable): each "
-        "policy has its own adapter, optimizer, learning rate (default --lr), versions, weights "
-        "(policies/NAME/vN) and metrics (train.NAME.*); all share the base model and decode in one "
-        "batch. The rollout's reward is shared by its agents, each policy's update sees only its own "
-        "calls. With --policy every model name the agent asks for must be a policy or a --fixed-agent. "
-        "Default: one policy trained on every call that is not fixed",
-    )
-    parser.add_argument(
-        "--fixed-agent",
-        action="append",
-        metavar="ALIAS[=URL]",
-        help="serve calls for this model alias with a fixed model that is never trained: the built-in "
-        "base model, or the OpenAI-compatible server at URL (repeatable)",
-    )
-    parser.add_argument(
-        "--async",
-        dest="async_mode",
-        action="store_true",
-        help="keep agents running during updates (pause, drain, swap, resume)",
-    )
-    parser.add_argument(
-        "--max-staleness",
-        type=int,
-        default=1,
-        metavar="N",
-        help="async: how many policy versions generation may run ahead of the learner. At most "
-        "(N + 1) x --tasks-per-step groups generate at once, so a group is consumed within N updates "
-        "instead of being dropped. Each token is judged by the version that generated it: tokens more than "
-        "N versions behind the learner (in a rollout whose calls spanned swaps) are masked out of the loss",
-    )
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--wandb",
-        metavar="PROJECT",
-        help="also log the metrics (and sample rollouts of each validation) to this Weights & Biases "
-        "project; WANDB_MODE=offline keeps the run on disk, under the run folder",
-    )
-    parser.add_argument(
-        "--run",
-        "--run-name",
-        dest="run",
-        metavar="NAME",
-        help="the run (its folder is .tether/runs/NAME; default: derived from the command line, so "
-        "running the same command again resumes it from its last checkpoint)",
-    )
-    parser.add_argument(
-        "--fresh",
-        action="store_true",
-        help="start the run over: the old one is kept under NAME~N (folder and rollouts)",
-    )
-    parser.add_argument(
-        "--resume",
-        action="store_true",
-        help="without --run: resume the most recent run that has a checkpoint",
-    )
-    add_update_args(parser)
-    add_sampling_args(parser)
-    add_curriculum_args(parser)
-    add_store_arg(parser)
-    add_agent_quota_args(parser)
-    add_ray_args(parser, learner=True)
-    parser.set_defaults(command_main=run, n_workers=None, rank_groups=True)
-
-
-def add_update_args(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group(
-        "the update", "how each batch is used (see tether/trainer/policy.py for the loss)"
-    )
-    group.add_argument("--ppo-epochs", type=int, default=1, help="passes over each batch")
-    group.add_argument(
-        "--mini-batches",
-        type=int,
-        default=1,
-        help="optimizer steps per pass (whole rollouts each); more than one pass or step measures the "
-        "importance ratio against the policy at the start of the update",
-    )
-    group.add_argument(
-        "--loss-agg",
-        choices=["rollout", "token"],
-        default="rollout",
-        help="rollout: every rollout counts once (token mean within each); token: one mean over every "
-        "trained token of the batch (DAPO)",
-    )
-    group.add_argument("--clip-low", type=float, default=0.2, help="ratio clip below 1: 1 - clip-low")
-    group.add_argument("--clip-high", type=float, default=0.28, help="ratio clip above 1: 1 + clip-high")
-    group.add_argument(
-        "--tis-cap",
-        type=float,
-        default=2.0,
-        help="cap on the importance weight pi_old / mu (engine mismatch and staleness); 0 disables it",
-    )
-    group.add_argument(
-        "--tis-mode",
-        choices=["truncate", "mask"],
-        default="truncate",
-        help="truncate the weight at --tis-cap, or drop tokens whose weight leaves [1/cap, cap]",
-    )
-    group.add_argument(
-        "--tis-level",
-        choices=list(TIS_LEVELS),
-        default="token",
-        help="what one weight covers: each token; each sample's sequence (the product of its tokens' "
-        "weights); or its geometric mean: a whole sequence truncated or masked together",
-    )
-
-
-def add_sampling_args(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("sampling", "what the training rollouts sample, and how many")
-    group.add_argument(
-        "--train-temperature",
-        type=float,
-        help="force this temperature on every training call, whatever the agent asks (1.0 samples the "
-        "policy itself; default: the agent's own settings, which the learner reproduces exactly)",
-    )
-    group.add_argument("--train-top-p", type=float, help="force this top-p on every training call")
-    group.add_argument(
-        "--min-signal-groups",
-        type=int,
-        default=0,
-        help="dynamic sampling: keep launching groups until the batch has N groups whose rewards vary "
-        "(0: off, the batch is --tasks-per-step groups whatever their rewards)",
-    )
-    group.add_argument(
-        "--max-groups-per-step",
-        type=int,
-        help="with --min-signal-groups: at most this many groups generated per step "
-        "(default 3 x --tasks-per-step)",
-    )
+    parser.set_defaults(command_main=run, rank_groups=True)
 
 
 def _train_sampling(args: argparse.Namespace) -> dict[str, float]:
@@ -469,6 +227,7 @@ def run(args: argparse.Namespace) -> int:
     if args.fresh:
         _archive_folder(run_dir)
     config.server_options = policy_server_options(args, POLICY_UPSTREAM, run_dir)
+    _keep_settings(args, record.name, run_dir)
     trainer = Trainer(
         config,
         run_dir,
@@ -489,6 +248,14 @@ def run(args: argparse.Namespace) -> int:
     curve = plot(result.history, run_dir / "curves.png", run_dir.name)
     _report(result, curve)
     return 0
+
+
+def _keep_settings(args: argparse.Namespace, name: str, run_dir: Path) -> None:
+    """The run folder's config.toml: this command line's settings, naming the run, so that
+    `tether train --config RUN_DIR/config.toml` resumes it."""
+    settings = settings_from_args(args)
+    settings.run.name, settings.run.fresh, settings.run.resume = name, False, False
+    write_config(settings, run_dir / "config.toml", "train")
 
 
 def _check_demonstrations(

@@ -8,9 +8,10 @@ from pathlib import Path
 
 from tether.adapters import build_transitions, to_hf_dataset, write_jsonl
 from tether.adapters.build import ALL_ROWS, TransitionReport
-from tether.cli.common import add_store_arg
+from tether.cli.options import add_settings
 from tether.cli.store_cmd import open_from_args
-from tether.store import RolloutStatus, Store, StoreError
+from tether.config.commands import TransitionsExportSettings
+from tether.store import Store, StoreError
 from tether.store.models import FINISHED_STATUSES, Rollout
 
 PROG = "tether transitions"
@@ -34,64 +35,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
             "re-tokenized. Prints what was built, merged and skipped, by reason."
         ),
     )
-    export.add_argument(
-        "--out",
-        required=True,
-        type=Path,
-        metavar="PATH",
-        help="output: a .jsonl file, or a folder for --format hf",
-    )
-    export.add_argument(
-        "--format",
-        choices=["jsonl", "hf"],
-        default="jsonl",
-        help="jsonl (default): one JSON transition per line; hf: a `datasets` dataset (save_to_disk)",
-    )
-    export.add_argument(
-        "--merge",
-        action="store_true",
-        help="merge consecutive calls of one agent whose prompt extends the previous sequence exactly "
-        "(observation tokens get loss mask 0)",
-    )
-    export.add_argument(
-        "--agent",
-        dest="agents",
-        action="extend",
-        nargs="+",
-        metavar="NAME",
-        help="only train these agents (the X-Tether-Agent header, or the model alias); others are skipped "
-        "(default: all agents)",
-    )
-    export.add_argument(
-        "--status",
-        dest="statuses",
-        action="extend",
-        nargs="+",
-        choices=[status.value for status in RolloutStatus],
-        metavar="STATUS",
-        help=f"only rollouts with these statuses (default: the finished ones: {', '.join(FINISHED)})",
-    )
-    export.add_argument("--mode", help="only rollouts of this mode, e.g. train (default: any)")
-    export.add_argument("--run", metavar="NAME", help="only this run's rollouts (default: any)")
-    export.add_argument(
-        "--reward-name",
-        metavar="NAME",
-        help="use the last primary reward with this name as the final reward (default: any name)",
-    )
-    export.add_argument(
-        "--attempts",
-        choices=["last", "all"],
-        default="last",
-        help="which attempts of a retried rollout to export (default: last)",
-    )
-    export.add_argument(
-        "--choice",
-        type=int,
-        default=0,
-        metavar="N",
-        help="which choice of an n>1 call to export (default: 0)",
-    )
-    add_store_arg(export)
+    add_settings(export, TransitionsExportSettings())
     export.add_argument("--db", help=argparse.SUPPRESS)  # older spelling of --store PATH
     export.set_defaults(command_main=export_transitions, url=None, token=None)
 

@@ -25,7 +25,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from tether.contracts import DEFAULT_ROUTE, POLICY_UPSTREAM, Meta
+from tether.contracts import DEFAULT_MAX_TOKENS_CAP, DEFAULT_N_CAP, DEFAULT_ROUTE, POLICY_UPSTREAM, Meta
 from tether.gateway.admission import Admission
 from tether.gateway.context import CallContext
 from tether.gateway.dialects import DIALECTS, Dialect, translated_stream
@@ -34,7 +34,7 @@ from tether.gateway.errors import GatewayError, UpstreamError, refused
 from tether.gateway.metrics import GatewayMetrics
 from tether.gateway.prompts import apply_prompt_override
 from tether.gateway.recorder import SpanRecorder
-from tether.gateway.request_checks import DEFAULT_MAX_TOKENS_CAP, DEFAULT_N_CAP, check_caps, check_depth
+from tether.gateway.request_checks import check_caps, check_depth
 from tether.gateway.rollouts import RolloutCache
 from tether.gateway.spans import call_span
 from tether.gateway.upstreams import CallKind, CallRecord, StreamAborted, Upstream, record_of_events, sse

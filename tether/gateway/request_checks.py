@@ -14,9 +14,6 @@ from typing import Any
 from tether.gateway.errors import GatewayError
 from tether.limits import MAX_JSON_DEPTH, few_brackets, nests_deeper
 
-DEFAULT_MAX_TOKENS_CAP = 4096
-DEFAULT_N_CAP = 8
-
 # The capped fields of each model-call route, in the route's own API: (field, which cap).
 CAPPED_FIELDS: dict[str, tuple[tuple[str, str], ...]] = {
     "chat": (("max_tokens", "tokens"), ("max_completion_tokens", "tokens"), ("n", "choices")),

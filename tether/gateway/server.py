@@ -21,9 +21,9 @@ from typing import Any, ClassVar, Literal, TypeVar
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from tether.contracts import DEFAULT_BODY_TIMEOUT_S, DEFAULT_HEADER_TIMEOUT_S
+
 STARTUP_TIMEOUT_S = 30.0
-DEFAULT_HEADER_TIMEOUT_S = 30.0
-DEFAULT_BODY_TIMEOUT_S = 60.0
 MAX_HEADER_BYTES = 64 * 1024
 
 

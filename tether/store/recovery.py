@@ -20,7 +20,6 @@ from tether.store.models import RolloutStatus
 
 log = logging.getLogger(__name__)
 
-DEFAULT_HEARTBEAT_TIMEOUT_S = 60.0  # the runner heartbeats every 10 s
 MAX_RUNNING_SCANNED = 100_000
 
 

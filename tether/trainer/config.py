@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tether.contracts import LOSS_AGGREGATIONS, TIS_LEVELS, TIS_MODES
+
 LLAMA_TARGET_MODULES: tuple[str, ...] = (
     "q_proj",
     "k_proj",
@@ -14,11 +16,6 @@ LLAMA_TARGET_MODULES: tuple[str, ...] = (
     "up_proj",
     "down_proj",
 )
-LOSS_AGGREGATIONS: tuple[str, ...] = ("rollout", "token")
-TIS_MODES: tuple[str, ...] = ("truncate", "mask")
-# What one importance weight pi_old / mu covers: each token; each sample's sequence (the product of its
-# tokens' weights); or the sequence's geometric mean (the product to the power 1 / tokens).
-TIS_LEVELS: tuple[str, ...] = ("token", "sequence", "geometric")
 DEFAULT_LORA_LR = 1e-4
 DEFAULT_FULL_LR = 1e-5
 

@@ -120,65 +120,6 @@ class CurriculumConfig:
         return " ".join(parts)
 
 
-def add_curriculum_args(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group(
-        "curriculum",
-        "which tasks each step trains on, from their latest rollouts in the store (default: every "
-        "task, in a seeded shuffle). Rewards count as solved at --success-reward or above",
-    )
-    group.add_argument(
-        "--retire-after",
-        type=int,
-        metavar="K",
-        help="retire a task once its last K training rollouts all solved it (K of K): it is not "
-        "trained on again. A group's rollouts have no order among themselves: use a multiple of "
-        "--group-size (K = group size: one whole group solved)",
-    )
-    group.add_argument(
-        "--park-after",
-        type=int,
-        metavar="M",
-        help="park a task whose last M training rollouts all failed (a multiple of --group-size, as "
-        "for K): it is set aside (see --revisit-every); tried anyway only when no other task is left",
-    )
-    group.add_argument(
-        "--revisit-every",
-        type=int,
-        metavar="N",
-        default=0,
-        help="give each parked task one try N steps after its last one (0: never); a solve makes it "
-        "active again",
-    )
-    group.add_argument(
-        "--mixed-first",
-        action="store_true",
-        help="take tasks whose recent rollouts both solved and failed first (their groups have reward "
-        "variance to learn from); recent: the last max(K, M) rollouts, or 8",
-    )
-    group.add_argument(
-        "--success-reward",
-        type=float,
-        metavar="R",
-        default=1.0,
-        help="the reward that counts as solving a task (this or more)",
-    )
-    group.add_argument(
-        "--probe",
-        action="store_true",
-        help="before RL's first step (after the --sft-steps updates), sample one group of every training "
-        "task and train on none of it: the pools start from what the policy already solves (mixed tasks "
-        "first with --mixed-first; solved ones retired with --retire-after the group size). Like a "
-        "validation, its seconds are no step's and do not count against --time-budget",
-    )
-    group.add_argument(
-        "--curriculum-from",
-        action="append",
-        metavar="RUN",
-        help="also count the training rollouts of this earlier run (repeatable), e.g. to start with "
-        "the tasks it solved retired",
-    )
-
-
 def curriculum_config(args: argparse.Namespace) -> CurriculumConfig:
     """The options `add_curriculum_args` added; raises CurriculumError for a bad combination."""
     return CurriculumConfig(

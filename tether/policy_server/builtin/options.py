@@ -19,25 +19,6 @@ class BuiltinOptions:
     prefix_cache_mb: float | None = None  # prompt keys and values kept for reuse (None: the engine's default)
 
 
-def add_args(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("built-in engine (--engine builtin)")
-    group.add_argument(
-        "--max-batch-size",
-        type=int,
-        default=DEFAULT_MAX_BATCH_SIZE,
-        help="built-in engine: requests per batch (a rollout with nothing running may still join a full "
-        "batch, so that no rollout waits behind another's long generations)",
-    )
-    group.add_argument(
-        "--prefix-cache-mb",
-        type=float,
-        default=None,
-        help="built-in engine: MiB of the model device's memory for the keys and values of prompts and "
-        "responses, so that a group's samples and a conversation's next turn prefill only their new "
-        "tokens (default 512; 0 disables it)",
-    )
-
-
 def options_from_args(args: argparse.Namespace) -> BuiltinOptions:
     adapter = getattr(args, "adapter", None)
     return BuiltinOptions(

@@ -18,22 +18,6 @@ class OpenAIOptions:
     token_ids: bool = False  # ask for token ids (vLLM's return_token_ids)
 
 
-def add_args(parser: argparse.ArgumentParser) -> None:
-    """The group's flags; its key (`--upstream-key-file`, or the environment) is added by the command."""
-    group = parser.add_argument_group("an OpenAI-compatible server as the policy")
-    group.add_argument(
-        "--upstream",
-        metavar="URL",
-        help="forward calls to this OpenAI-compatible base URL instead of the built-in engine",
-    )
-    group.add_argument("--upstream-model", metavar="NAME", help="model name to send to --upstream")
-    group.add_argument(
-        "--upstream-token-ids",
-        action="store_true",
-        help="ask --upstream for token ids (vLLM's return_token_ids)",
-    )
-
-
 def options_from_args(args: argparse.Namespace, api_key: str | None) -> OpenAIOptions | None:
     if not getattr(args, "upstream", None):
         return None

@@ -9,47 +9,11 @@ from pathlib import Path
 from rich.console import Console
 
 from tether.runner.agents import Agent
-from tether.runner.k8s.options import DEFAULT_TTL_S, K8sOptions, K8sOptionsError, parse_listen
+from tether.runner.k8s.options import K8sOptions, K8sOptionsError, parse_listen
 from tether.runner.runner import PoolFactory
 from tether.store.models import Task
 
 K8S_ONLY = ("job_template", "kubeconfig", "agent_url", "agent_listen")
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("Kubernetes runner (--runner k8s, see docs/kubernetes.md)")
-    group.add_argument(
-        "--job-template",
-        metavar="FILE",
-        help="Jinja YAML of one batch/v1 Job, rendered per attempt with task, rollout and command (the "
-        "--agent command filled with the task); Tether sets its name, labels, deadline, retries, TTL "
-        "and env",
-    )
-    group.add_argument("--namespace", default="default", help="namespace of the Jobs")
-    group.add_argument(
-        "--kubeconfig",
-        metavar="FILE",
-        help="kubeconfig to use (default: the in-cluster service account, else $KUBECONFIG or "
-        "~/.kube/config)",
-    )
-    group.add_argument(
-        "--agent-url",
-        metavar="URL",
-        help="how pods reach the gateway, e.g. http://host.minikube.internal:8123 (the gateway listens on "
-        "loopback; Tether relays --agent-listen to it)",
-    )
-    group.add_argument(
-        "--agent-listen",
-        metavar="HOST:PORT",
-        help="where Tether accepts the pods' connections and relays them to the gateway (default: "
-        "127.0.0.1 and the port of --agent-url)",
-    )
-    group.add_argument(
-        "--max-jobs-per-minute", type=float, default=60.0, help="Jobs created per minute at most"
-    )
-    group.add_argument(
-        "--job-ttl", type=int, default=DEFAULT_TTL_S, help="ttlSecondsAfterFinished of each Job (seconds)"
-    )
 
 
 def options_from_args(args: argparse.Namespace) -> K8sOptions:

@@ -1,0 +1,156 @@
+"""The policy server, an upstream instead of it, and the gateway `tether serve` runs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tether.config.option import option
+from tether.contracts import (
+    DEFAULT_BODY_TIMEOUT_S,
+    DEFAULT_HEADER_TIMEOUT_S,
+    DEFAULT_HEARTBEAT_TIMEOUT_S,
+    DEFAULT_MAX_TOKENS_CAP,
+    DEFAULT_N_CAP,
+)
+
+
+@dataclass
+class ServerSettings:
+    """The policy server: the model and the engine that serves it."""
+
+    model: str = option(
+        "smollm2-135m",
+        "policy model for the built-in engine: smollm2-135m, tiny-random, or a local HF folder",
+    )
+    engine: str = option(
+        "builtin",
+        "builtin: Tether's engine in this process; vllm: a vLLM server that Tether starts from "
+        "its own environment (default: $TETHER_ENGINE, else builtin)",
+        choices=["builtin", "vllm"],
+    )
+    policy_server: str | None = option(
+        None,
+        "serve the policy with these running vLLM servers (replicas), instead of starting one; "
+        "each needs --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True (checked at start)",
+        metavar="URL[,URL...]",
+    )
+    vllm_python: str | None = option(
+        None,
+        "the Python of the vLLM environment (default: $TETHER_VLLM_PYTHON, else "
+        ".venv-vllm/bin/python; `make setup-vllm` creates it)",
+        metavar="PATH",
+    )
+    vllm_replicas: int = option(
+        1,
+        "vLLM servers to start",
+        metavar="N",
+    )
+    vllm_port: int = option(
+        0,
+        "first vLLM port (default: free ports)",
+        metavar="PORT",
+    )
+    vllm_args: str = option(
+        "",
+        "extra arguments for the vLLM servers Tether starts, as one string, e.g. "
+        "'--gpu-memory-utilization 0.8 --max-model-len 4096'",
+        metavar="ARGS",
+    )
+    max_batch_size: int = option(
+        32,
+        "built-in engine: requests per batch (a rollout with nothing running may still join a "
+        "full batch, so that no rollout waits behind another's long generations)",
+    )
+    prefix_cache_mb: float | None = option(
+        None,
+        "built-in engine: MiB of the model device's memory for the keys and values of prompts and"
+        " responses, so that a group's samples and a conversation's next turn prefill only their "
+        "new tokens (default 512; 0 disables it)",
+    )
+
+
+@dataclass
+class UpstreamSettings:
+    """An OpenAI-compatible server to call instead of serving the policy here."""
+
+    upstream: str | None = option(
+        None,
+        "forward calls to this OpenAI-compatible base URL instead of the built-in engine",
+        metavar="URL",
+    )
+    upstream_model: str | None = option(
+        None,
+        "model name to send to --upstream",
+        metavar="NAME",
+    )
+    upstream_token_ids: bool = option(
+        False,
+        "ask --upstream for token ids (vLLM's return_token_ids)",
+    )
+
+
+@dataclass
+class GatewaySettings:
+    """The gateway `tether serve` runs: where it listens and what it routes."""
+
+    adapter: str | None = option(
+        None,
+        "built-in engine: serve --model with this LoRA adapter (a run's policies/vN or "
+        "checkpoint/policy folder), e.g. as the teacher of `tether train --algorithm opd`",
+        metavar="DIR",
+    )
+    route: list[str] = option(
+        [],
+        "route a model name to an upstream (repeatable); '*=policy' is the default",
+        metavar="ALIAS=UPSTREAM",
+    )
+    host: str = option(
+        "127.0.0.1",
+        "interface to bind (loopback by default)",
+    )
+    port: int = option(
+        8000,
+        "port to bind (0 picks a free one)",
+    )
+    no_session: bool = option(
+        False,
+        "do not open an ad-hoc session rollout",
+    )
+    log_level: str = option(
+        "warning",
+        "uvicorn log level",
+    )
+    heartbeat_timeout: float = option(
+        DEFAULT_HEARTBEAT_TIMEOUT_S,
+        "a running attempt whose worker has not heartbeated for this long is timed out and its "
+        "rollout requeued (checked at start, so a restart recovers what was running, then "
+        "periodically)",
+        metavar="SECONDS",
+    )
+
+
+@dataclass
+class LimitSettings:
+    """The gateway's limits on one request."""
+
+    max_tokens_cap: int = option(
+        DEFAULT_MAX_TOKENS_CAP,
+        "refuse (400) a call asking for more tokens than this: max_tokens, max_completion_tokens,"
+        " Responses max_output_tokens, Messages max_tokens",
+        metavar="N",
+    )
+    n_cap: int = option(
+        DEFAULT_N_CAP,
+        "refuse (400) a call asking for more choices than this (n, best_of)",
+        metavar="N",
+    )
+    header_timeout: float = option(
+        DEFAULT_HEADER_TIMEOUT_S,
+        "close a connection that has not sent a request's headers within this time (0: never)",
+        metavar="SECONDS",
+    )
+    body_timeout: float = option(
+        DEFAULT_BODY_TIMEOUT_S,
+        "close a connection that has not sent a request's body within this time after its headers (0: never)",
+        metavar="SECONDS",
+    )
