@@ -19,11 +19,11 @@ from pathlib import Path
 
 import openai
 
+from tether.learner.policy import TrainConfig
 from tether.runner import CallableAgent
 from tether.store import SQLiteStore, Task
 from tether.store.auth import TokenAuthority
 from tether.trainer.loop import Trainer, TrainerConfig
-from tether.trainer.policy import TrainConfig
 
 
 def make_agent(tool_latency: float) -> CallableAgent:

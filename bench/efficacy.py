@@ -36,7 +36,7 @@ The clocks (seconds of training; model loading and held-out evaluations are excl
   load and the trainer's construction) to `on_step_end` of step k, minus the evaluations in between:
   generation, reward, loss, backward, optimizer step and the Trainer's own work.
 
-Matched (Tether's defaults, tether/trainer/config.py, set explicitly on TRL's side): LoRA r 16, alpha 32,
+Matched (Tether's defaults, tether/learner/config.py, set explicitly on TRL's side): LoRA r 16, alpha 32,
 dropout 0, the seven Llama projection modules; AdamW lr 1e-4 constant (no warm-up, no decay: TRL's
 default linear decay is turned off), betas (0.9, 0.999), eps 1e-8, weight decay 0, gradient clipping at
 norm 1; no KL (beta 0, no reference model); PPO clip 1 - 0.2 / 1 + 0.28 (epsilon 0.2, epsilon_high 0.28);

@@ -142,7 +142,7 @@ def update_figures(path: Path, device: str, share: bool, quick: bool) -> dict[st
 
     from tether.adapters.transitions import Transition
     from tether.algorithms import assign_advantages
-    from tether.trainer import PolicyTrainer, TrainConfig
+    from tether.learner import PolicyTrainer, TrainConfig
 
     trainer = PolicyTrainer(TrainConfig(model=str(path), device=device, share_prefixes=share))
     prompt_len, response_len = (24, 8) if quick else (300, 128)

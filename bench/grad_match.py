@@ -297,7 +297,7 @@ def tether_step(trainer: Any, batch: Any) -> dict[str, Any]:
 def reset(trainer: Any, state: Tensors) -> None:
     """The weights of `state`, a fresh optimizer and schedule: a learner about to take its first step."""
     load_trainable(trainer.model, state)
-    trainer._make_optimizer()
+    trainer.make_optimizer()
     trainer.step_count = 0
 
 
@@ -356,8 +356,8 @@ def run_tether(batch: dict[str, Any], folder: Path, engine: Any, seed: int) -> d
 
     from tether.algorithms import Sample
     from tether.algorithms.advantages import assign_advantages
-    from tether.trainer.config import TrainConfig
-    from tether.trainer.policy import PolicyTrainer
+    from tether.learner.config import TrainConfig
+    from tether.learner.policy import PolicyTrainer
 
     # As `tether train` builds it (tether/cli/train_cmd.py) for bench/efficacy.py's command line.
     config = TrainConfig(model=MODEL, lr=LR, seed=seed, clip_low=0.2, clip_high=0.28, tis_cap=2.0)

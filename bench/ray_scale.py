@@ -107,8 +107,8 @@ def overhead(cluster: RayCluster, folder: Path, count: int) -> list[str]:
 def update_times(model: str, steps: int) -> None:
     import torch
 
-    from tether.trainer import PolicyTrainer, TrainConfig
-    from tether.trainer.ray_learner import RayLearner
+    from tether.learner import PolicyTrainer, TrainConfig
+    from tether.learner.ray_learner import RayLearner
 
     config = TrainConfig(model=str(model_folder(model)), seed=0, bf16=False)
     vocab = json.loads((model_folder(model) / "config.json").read_text())["vocab_size"]

@@ -109,7 +109,7 @@ def sql_sft_tokens(updates: int = 5, batch: int = 8) -> list[tuple[int, int, int
 
     from tether.adapters.transitions import Transition
     from tether.engines.transformers_engine import TransformersEngine
-    from tether.trainer.batches import collate, collate_packed, plan_micro_batches, plan_packed
+    from tether.learner.batches import collate, collate_packed, plan_micro_batches, plan_packed
 
     spec = importlib.util.spec_from_file_location("sql_agent", EXAMPLES_DIR / "sql_agent" / "agent.py")
     assert spec is not None and spec.loader is not None

@@ -34,7 +34,7 @@ def model_folder(model: str) -> Path:
 def ours_tokens_per_s(model: str, steps: int) -> float:
     from tether.adapters.transitions import Transition
     from tether.algorithms.advantages import Sample
-    from tether.trainer.policy import PolicyTrainer, TrainConfig
+    from tether.learner.policy import PolicyTrainer, TrainConfig
 
     folder = model_folder(model)
     vocab = json.loads((folder / "config.json").read_text())["vocab_size"]

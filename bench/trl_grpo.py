@@ -72,7 +72,7 @@ def parse_args() -> argparse.Namespace:
 
 
 def bf16_by_default() -> bool:
-    """Tether's rule (tether.trainer.policy.bf16_by_default) for the device TRL trains on: bf16 on a CUDA
+    """Tether's rule (tether.learner.policy.bf16_by_default) for the device TRL trains on: bf16 on a CUDA
     device that supports it, fp32 on CPUs."""
     return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
 

@@ -16,7 +16,8 @@ FLOORS: list[set[str]] = [
     {"store", "engines", "ray"},  # records, the built-in engine, the Ray cluster and transfers
     {"gateway", "runner", "tracing", "adapters", "project"},  # calls recorded; records turned to samples
     {"policy_server", "algorithms", "rewards", "config"},  # serving, advantages, reward sources, settings
-    {"dashboard", "compose", "stack"},  # the servers a command runs
+    {"dashboard", "compose", "stack", "learner", "curriculum"},  # servers a command runs, the update, tasks
+    {"placement"},  # where the parts run: this process or Ray
     {"trainer"},  # the loop
     {"cli"},  # commands
 ]

@@ -14,11 +14,11 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from tether.learner.config import TrainConfig
     from tether.prompts import get_prompt
     from tether.runner import CallableAgent, CommandAgent, load_tasks
     from tether.store import Reward, Rollout, RolloutStatus, Span, Store, Task, open_store
     from tether.tracing import emit_reward, span, traced
-    from tether.trainer.config import TrainConfig
     from tether.trainer.loop import Trainer, TrainerConfig
 
 __version__ = "0.1.0"
@@ -40,7 +40,7 @@ _LAZY = {
     "traced": "tether.tracing",
     "Trainer": "tether.trainer.loop",
     "TrainerConfig": "tether.trainer.loop",
-    "TrainConfig": "tether.trainer.config",
+    "TrainConfig": "tether.learner.config",
 }
 
 __all__ = [

@@ -122,7 +122,7 @@ ADVANTAGE_METHODS: Final = ("grpo", "drgrpo", "rloo")
 DISTILLATION: Final = "opd"  # on-policy distillation from a teacher (`tether.algorithms.distill`)
 ALGORITHMS: Final = (*ADVANTAGE_METHODS, "sft", DISTILLATION)
 PROMPT_ALGORITHMS: Final = ("apo", "pareto")
-LEARNER_SHARDINGS: Final = ("replicate", "fsdp")  # `--learner-sharding` (tether.trainer.groups)
+LEARNER_SHARDINGS: Final = ("replicate", "fsdp")  # `--learner-sharding` (tether.learner.groups)
 LOSS_AGGREGATIONS: Final = ("rollout", "token")
 TIS_MODES: Final = ("truncate", "mask")
 # What one importance weight pi_old / mu covers: each token; each sample's sequence (the product of its

@@ -21,6 +21,8 @@ from tests.learner_rig import transitions as rig_transitions
 from tether.adapters.transitions import Transition
 from tether.algorithms.advantages import AdvantageBatch, assign_advantages
 from tether.gateway.upstreams import Upstream
+from tether.learner.base import Learner, open_learner
+from tether.learner.config import TrainConfig
 from tether.models.catalog import SMOLLM2, TINY_RANDOM
 from tether.policy_server import (
     OpenAIOptions,
@@ -34,8 +36,6 @@ from tether.runner.pools import pool_factory
 from tether.runner.runner import PoolFactory
 from tether.store import SQLiteStore
 from tether.store.auth import TokenAuthority
-from tether.trainer.config import TrainConfig
-from tether.trainer.learner import Learner, open_learner
 
 # -- policy servers ------------------------------------------------------------------------------------
 
@@ -207,8 +207,8 @@ def _local_learner(request: pytest.FixtureRequest, config: TrainConfig) -> Learn
 
 def _ray_learner(request: pytest.FixtureRequest, config: TrainConfig) -> Learner:
     """`--learner-ranks 2`: two rank actors forming one gloo group on the session's Ray cluster."""
+    from tether.learner.ray_learner import RayLearner
     from tether.ray.cluster import RaySettings, connect
-    from tether.trainer.ray_learner import RayLearner
 
     address = request.getfixturevalue("ray_cluster").address
     cluster = connect(RaySettings(address=address, learner_ranks=2))

@@ -1,4 +1,4 @@
-"""What every learner (`tether.trainer.learner.Learner`) does, on each backend in `LEARNERS` (conftest):
+"""What every learner (`tether.learner.base.Learner`) does, on each backend in `LEARNERS` (conftest):
 a step reports its metrics and moves the policy; the versions it saves serve what it had; a checkpoint
 resumes into the very next step an uninterrupted learner takes; an empty or diverged step changes
 nothing. Each test opens its own learners (a Ray learner takes some seconds to start its ranks)."""
@@ -14,10 +14,10 @@ import pytest
 from tests.contracts.conftest import gap, on_policy_batch, served_logprobs, transition, transitions
 from tether.adapters.transitions import Transition
 from tether.algorithms.advantages import AdvantageBatch, Sample, assign_advantages
+from tether.learner.base import Learner, TrainingDiverged
+from tether.learner.config import TrainConfig
 from tether.models.catalog import TINY_RANDOM
 from tether.policy_server import PolicyServerOptions, open_policy_server
-from tether.trainer.config import TrainConfig
-from tether.trainer.learner import Learner, TrainingDiverged
 
 MakeLearner = Callable[[TrainConfig], Learner]
 LR = 1e-2

@@ -21,12 +21,12 @@ from tests.helpers import serve_app
 from tether.compose import create_app
 from tether.dashboard import DashboardConfig
 from tether.gateway import Gateway
+from tether.learner.policy import TrainConfig
 from tether.project import Project
 from tether.runner import CallableAgent
 from tether.runner.runs import start_run
 from tether.store import SQLiteStore, Task
 from tether.trainer.loop import Trainer, TrainerConfig
-from tether.trainer.policy import TrainConfig
 
 RUN = "dash-train"
 WANDB_PROJECT = "tether-dashboard-test"

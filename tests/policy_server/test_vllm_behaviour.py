@@ -12,10 +12,10 @@ from tests.policy_server.conftest import direct
 from tests.rigs import GatewayRig
 from tether.adapters import build_transitions
 from tether.algorithms import Sample
+from tether.learner.policy import PolicyTrainer, TrainConfig
 from tether.policy_server.vllm import VLLMPolicyServer
 from tether.policy_server.vllm.replica import check_capabilities
 from tether.sampling import RAW, Sampler
-from tether.trainer.policy import PolicyTrainer, TrainConfig
 
 QUESTIONS = [f"Name an animal that starts with the letter {letter}." for letter in "BCDFGH"]
 

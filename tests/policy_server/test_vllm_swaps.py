@@ -27,8 +27,8 @@ def random_adapter(folder: Path, seed: int) -> Path:
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
+    from tether.learner.config import LLAMA_TARGET_MODULES
     from tether.models.catalog import resolve_model
-    from tether.trainer.config import LLAMA_TARGET_MODULES
 
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_pretrained(resolve_model("smollm2-135m"))

@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 
 from tests.trainer.test_teacher_client import transition
+from tether.learner import PolicyTrainer, TrainConfig
 from tether.policy_server.vllm import VLLMPolicyServer
-from tether.trainer import PolicyTrainer, TrainConfig
 from tether.trainer.distill import Teacher, check_teacher, score_transitions
 
 

@@ -21,9 +21,9 @@ from safetensors.torch import load_file
 
 from tether.cli.main import main
 from tether.contracts import CallAttr, Meta
+from tether.curriculum.cursor import TaskCursor
 from tether.runner import load_tasks
 from tether.store import SQLiteStore
-from tether.trainer.cursor import TaskCursor
 
 AGENTS = Path(__file__).parent / "agents"
 

@@ -22,12 +22,12 @@ from tether.adapters import build_transitions
 from tether.algorithms import Sample
 from tether.algorithms.advantages import UnreproducibleSampling, assign_advantages
 from tether.contracts import CallAttr
+from tether.learner.policy import PolicyTrainer, TrainConfig
 from tether.runner import CallableAgent
 from tether.sampling import RAW, Sampler
 from tether.store import SQLiteStore, Task
 from tether.store.auth import TokenAuthority
 from tether.trainer.loop import Trainer, TrainerConfig, signal_groups
-from tether.trainer.policy import PolicyTrainer, TrainConfig
 
 TASKS = [Task(id=f"t{i}", input={"question": f"Tell me about {i}."}) for i in range(4)]
 

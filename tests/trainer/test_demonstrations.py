@@ -178,8 +178,8 @@ def test_demonstrations_are_the_policy_template_s_tokens_for_the_teacher_s_answe
 
 
 def test_an_rl_batch_refuses_demonstrations(project: Path, tiny_engine: Any, tiny_path: Path) -> None:
-    from tether.trainer.config import TrainConfig
-    from tether.trainer.policy import PolicyTrainer
+    from tether.learner.config import TrainConfig
+    from tether.learner.policy import PolicyTrainer
 
     store = open_store(project)
     try:

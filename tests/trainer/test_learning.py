@@ -12,11 +12,11 @@ from pathlib import Path
 import openai
 import pytest
 
+from tether.learner.policy import TrainConfig
 from tether.runner import CallableAgent
 from tether.store import SQLiteStore, Task
 from tether.store.auth import TokenAuthority
 from tether.trainer.loop import Trainer, TrainerConfig
-from tether.trainer.policy import TrainConfig
 
 NUMBER = re.compile(r"-?\d+")
 

@@ -12,12 +12,12 @@ import orjson
 import pytest
 import torch
 
+from tether.curriculum.cursor import TaskCursor
+from tether.learner.policy import PolicyTrainer, TrainConfig
 from tether.runner import CallableAgent
 from tether.store import SQLiteStore, Task
 from tether.store.auth import TokenAuthority
-from tether.trainer.cursor import TaskCursor
 from tether.trainer.loop import Trainer, TrainerConfig
-from tether.trainer.policy import PolicyTrainer, TrainConfig
 
 
 async def chatty_agent(task: dict, llm) -> str:  # noqa: ANN001

@@ -21,10 +21,10 @@ from tests.trainer.test_loop import make_trainer as loop_trainer
 from tether.contracts import CallAttr
 from tether.engines import SamplingParams
 from tether.engines.transformers_engine import TransformersEngine
+from tether.learner.policy import PolicyTrainer
 from tether.runner import CallableAgent
 from tether.trainer.loop import Trainer, TrainerConfig
 from tether.trainer.policies import PolicySpec, PolicySpecError, check_policies, parse_policy
-from tether.trainer.policy import PolicyTrainer
 
 POLICIES = [PolicySpec("writer", lora_r=4), PolicySpec("rewriter", lora_r=8, lr=1e-2)]
 

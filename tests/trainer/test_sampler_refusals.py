@@ -31,12 +31,12 @@ from tether.algorithms.advantages import UnreproducibleSampling, assign_advantag
 from tether.compose import create_app
 from tether.contracts import CallAttr
 from tether.gateway import Gateway, GatewayConfig
+from tether.learner.policy import PolicyTrainer, TrainConfig
 from tether.policy_server.vllm.replica import Replica, check_capabilities
 from tether.policy_server.vllm.server import connect_external
 from tether.sampling import Sampler, sampler_problems, unreproducible_parameters
 from tether.store import SQLiteStore
 from tether.store.auth import TokenAuthority
-from tether.trainer.policy import PolicyTrainer, TrainConfig
 
 MESSAGES = [{"role": "user", "content": "Count to five."}]
 NEUTRAL = {

@@ -10,6 +10,7 @@ import openai
 import pytest
 
 from tether.contracts import Meta
+from tether.learner.policy import TrainConfig
 from tether.rewards.intervals import bootstrap_interval, paired_difference_interval
 from tether.runner import CallableAgent
 from tether.store import SQLiteStore, Task
@@ -17,7 +18,6 @@ from tether.store.auth import TokenAuthority
 from tether.trainer.coverage import CoverageConfig, pass_at_k
 from tether.trainer.loop import Trainer, TrainerConfig
 from tether.trainer.metrics import read_metrics
-from tether.trainer.policy import TrainConfig
 
 # What the agent answers decides the reward, so the rewards are known whatever the model says.
 VAL = [Task(id=f"v{i}", input={"reply": "yes" if i % 4 else "no"}) for i in range(8)]

@@ -13,10 +13,10 @@ from rich.console import Console
 
 from tether.cli.secrets import UPSTREAM_KEY, secret_value
 from tether.contracts import POLICY_UPSTREAM
+from tether.placement.base import LocalPlacement, Placement
 from tether.policy_server import openai as openai_kind
 from tether.policy_server.builtin import options as builtin_kind
 from tether.policy_server.vllm import options as vllm_kind
-from tether.trainer.placement import LocalPlacement, Placement
 
 if TYPE_CHECKING:
     from tether.gateway.upstreams import Upstream

@@ -17,13 +17,13 @@ from tether.cli.common import begin_run, open_cli_store, runner_pools, serving_p
 from tether.cli.placement import open_placement
 from tether.cli.quota_args import agent_quota
 from tether.gateway.upstreams import Upstream
+from tether.placement.base import Placement
 from tether.project import Project
 from tether.runner.runner import PoolFactory
 from tether.runner.runs import RunRecord
 from tether.stack import LocalStack, local_stack
 from tether.store import Store, Task
 from tether.store.auth import TokenAuthority
-from tether.trainer.placement import Placement
 
 
 @dataclass

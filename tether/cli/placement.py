@@ -8,8 +8,8 @@ import argparse
 import orjson
 from rich.console import Console
 
+from tether.placement.base import LocalPlacement, Placement
 from tether.ray.cluster import LOOPBACK, RaySettings, RayUnavailable, connect
-from tether.trainer.placement import LocalPlacement, Placement
 
 LOCAL = "local"  # `--ray` with no address
 
@@ -50,7 +50,7 @@ def open_placement(args: argparse.Namespace, command: str, console: Console) -> 
         raise SystemExit(
             f"tether {command}: --replicas starts the servers; --policy-server names running ones: give one"
         )
-    from tether.trainer.ray_placement import RayPlacement
+    from tether.placement.ray import RayPlacement
 
     try:
         cluster = connect(settings, local_cpus=actors_asked(args))

@@ -22,17 +22,17 @@ from tether.cli.secrets import JUDGE_KEY, TEACHER_KEY, add_secret_arg, secret_va
 from tether.config.agent import AGENT_REWARDS
 from tether.config.commands import TrainSettings
 from tether.contracts import POLICY_UPSTREAM
+from tether.curriculum.pools import curriculum_config
 from tether.project import Project
 from tether.rewards.rank import GroupScorer
 from tether.runner import RewardError, TaskFileError, load_tasks
 from tether.runner.rewards import check_reference_reader
-from tether.trainer.curriculum import curriculum_config
 from tether.trainer.policies import parse_policy
 
 if TYPE_CHECKING:
+    from tether.placement.base import Placement
     from tether.store import Store, Task
     from tether.trainer.loop import FitResult, Trainer, TrainerConfig
-    from tether.trainer.placement import Placement
 
 console = Console(stderr=True)
 
@@ -123,7 +123,7 @@ def _command_line(args: argparse.Namespace) -> tuple[dict[str, object], dict[str
 
 
 def run(args: argparse.Namespace) -> int:
-    from tether.trainer.config import TrainConfig
+    from tether.learner.config import TrainConfig
     from tether.trainer.loop import Trainer, TrainerConfig
 
     if args.n_workers is None:
@@ -262,17 +262,11 @@ def _check_demonstrations(
     store: Store, config: TrainerConfig, train_tasks: list[Task], val_tasks: list[Task]
 ) -> None:
     """Before any model loads: the --from-run run has rollouts to imitate, of training tasks only."""
-    from tether.adapters.demonstrations import NoDemonstrations, demonstration_rollouts
+    from tether.adapters.demonstrations import NoDemonstrations
+    from tether.trainer.imitation import demonstrated_rollouts
 
-    assert config.from_run is not None
     try:
-        found = demonstration_rollouts(
-            store,
-            config.from_run,
-            min_reward=config.sft_threshold,
-            task_ids={task.id for task in train_tasks},
-            held_out={task.id for task in val_tasks},
-        )
+        found = demonstrated_rollouts(store, config, train_tasks, val_tasks)
     except NoDemonstrations as exc:
         store.close()
         raise SystemExit(f"tether train: --from-run: {exc}") from None
@@ -318,10 +312,10 @@ def _teacher(args: argparse.Namespace) -> Any:
 def _fit(trainer: Trainer, *inputs: Any, **options: Any) -> FitResult:
     """`trainer.fit`, with a policy server that cannot start, or a learner rank lost, reported in one
     line."""
+    from tether.curriculum.pools import CurriculumError
+    from tether.learner.errors import LearnerLost
     from tether.policy_server import PolicyServerError
-    from tether.trainer.curriculum import CurriculumError
     from tether.trainer.distill import TeacherError
-    from tether.trainer.learner import LearnerLost
 
     try:
         return trainer.fit(*inputs, **options)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from fastapi import APIRouter, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
@@ -21,12 +21,32 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from tether.contracts import CallAttr
+from tether.gateway.admission import Admission
 from tether.gateway.errors import GatewayError, unauthorized
-from tether.store.auth import request_token
+from tether.gateway.upstreams import Upstream
+from tether.store.auth import TokenAuthority, request_token
+from tether.store.base import Store
 from tether.store.models import RolloutQuery, RolloutStatus, Span
 
-if TYPE_CHECKING:
-    from tether.gateway.app import Gateway
+
+class Scraped(Protocol):
+    """What the scrape reads of the gateway (`tether.gateway.app.Gateway`)."""
+
+    @property
+    def admission(self) -> Admission: ...
+
+    @property
+    def upstreams(self) -> dict[str, Upstream]: ...
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def auth(self) -> TokenAuthority: ...
+
+    @property
+    def metrics(self) -> GatewayMetrics: ...
+
 
 LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 SWAP_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
@@ -65,7 +85,7 @@ class GatewayMetrics:
         self._paused_at: float | None = None
         self._gauges: _ScrapeTimeGauges | None = None
 
-    def read_at_scrape(self, gateway: Gateway) -> None:
+    def read_at_scrape(self, gateway: Scraped) -> None:
         """Register the gauges read from `gateway` when scraped (once: an app may be built twice)."""
         if self._gauges is None:
             self._gauges = _ScrapeTimeGauges(gateway)
@@ -103,7 +123,7 @@ class _ScrapeTimeGauges(Collector):
 
     NAMES = ("tether_admission_paused", "tether_calls_in_flight", "tether_calls_waiting")
 
-    def __init__(self, gateway: Gateway) -> None:
+    def __init__(self, gateway: Scraped) -> None:
         self.gateway = gateway
 
     def describe(self) -> Iterator[Metric]:
@@ -133,7 +153,7 @@ class _ScrapeTimeGauges(Collector):
         yield rollouts
 
 
-def create_metrics_router(gateway: Gateway) -> APIRouter:
+def create_metrics_router(gateway: Scraped) -> APIRouter:
     gateway.metrics.read_at_scrape(gateway)
     router = APIRouter(tags=["meta"])
 

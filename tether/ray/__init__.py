@@ -6,7 +6,7 @@
 
 The Ray part of each seam lives under that seam: the rollout-worker pool in `tether.runner.ray_pool`,
 the policy-server replicas in `tether.policy_server.ray_replicas`, the learner's ranks in
-`tether.trainer.ray_learner`, and `RayPlacement`, which places all three, in
-`tether.trainer.ray_placement`. Nothing here is imported by `import tether`; Ray is needed only when
+`tether.learner.ray_learner`, and `RayPlacement`, which places all three, in
+`tether.placement.ray`. Nothing here is imported by `import tether`; Ray is needed only when
 `--ray` is used.
 """

@@ -38,5 +38,5 @@ def _ray(options: Any) -> PoolFactory:
 
 register("local", lambda options: WorkerPool)
 register("k8s", _kubernetes)
-register("ray", _ray)  # chosen by `--ray` (tether.trainer.ray_placement), not by `--runner`
+register("ray", _ray)  # chosen by `--ray` (tether.placement.ray), not by `--runner`
 PLACED_KINDS = ("ray",)

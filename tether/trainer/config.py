@@ -1,116 +1,167 @@
-"""The policy update's settings, kept apart from the torch code so that the loop and the CLI can build them
-without loading torch."""
+"""The trainer's configuration (`TrainerConfig`: what the loop runs, for how long, on which parts) and what a
+fit returns (`FitResult`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
-from tether.contracts import LOSS_AGGREGATIONS, TIS_LEVELS, TIS_MODES
-
-LLAMA_TARGET_MODULES: tuple[str, ...] = (
-    "q_proj",
-    "k_proj",
-    "v_proj",
-    "o_proj",
-    "gate_proj",
-    "up_proj",
-    "down_proj",
-)
-DEFAULT_LORA_LR = 1e-4
-DEFAULT_FULL_LR = 1e-5
+from tether.contracts import ALGORITHMS, DISTILLATION, POLICY_UPSTREAM
+from tether.curriculum.pools import CurriculumConfig
+from tether.learner.config import TrainConfig
+from tether.limits import AgentQuota
+from tether.policy_server import PolicyServerOptions
+from tether.trainer.coverage import CoverageConfig
+from tether.trainer.distill import Teacher
+from tether.trainer.policies import PolicySpec, check_policies
 
 
 @dataclass
-class TrainConfig:
-    """Everything the policy update needs. `lr=None` picks 1e-4 with LoRA and 1e-5 for full fine-tuning."""
-
-    model: str  # catalogue name (see tether.models.catalog) or local HF folder
-    lora: bool = True
-    lora_r: int = 16
-    lora_alpha: int = 32
-    lora_dropout: float = 0.0
-    target_modules: tuple[str, ...] = LLAMA_TARGET_MODULES
-    lr: float | None = None
-    weight_decay: float = 0.0
-    betas: tuple[float, float] = (0.9, 0.999)
-    adam_eps: float = 1e-8
-    warmup_steps: int = 0  # linear warmup, then constant
-    # RL after imitation: from optimizer step `rl_start_step` (the SFT updates before it) the learning rate
-    # is `rl_lr` (None: `lr`), warmed up linearly over `rl_warmup_steps` of its own.
-    rl_lr: float | None = None
-    rl_warmup_steps: int = 0
-    rl_start_step: int = 0
-    grad_clip: float = 1.0  # max global grad norm; 0 disables clipping (the norm is still reported)
-    clip_low: float = 0.2
-    clip_high: float = 0.28
-    tis_cap: float | None = 2.0  # None disables the truncation
-    # "mask": drop tokens whose weight pi_old / mu leaves [1 / tis_cap, tis_cap] instead of truncating it.
-    tis_mode: str = "truncate"
-    tis_level: str = "token"
-    kl_coef: float = 0.0
-    ppo_epochs: int = 1  # passes over each batch
-    mini_batches: int = 1  # optimizer steps per pass (whole rollouts each)
-    # "rollout": token means within each rollout, every rollout counts once; "token": one mean over every
-    # trained token of the batch (DAPO's token-level mean).
-    loss_agg: str = "rollout"
-    micro_batch_tokens: int = 2048  # padded tokens (rows x width) per forward/backward
-    # Run each token prefix that several samples share (a group's prompt, a system prompt, a multi-turn
-    # rollout's earlier calls) once, in packed rows of at most `packed_row_tokens` (tether.trainer.packing).
-    share_prefixes: bool = True
-    packed_row_tokens: int = 1024
-    max_seq_len: int = 4096  # prompt + response; also limited by the model's context
-    # bf16 autocast of the transformer body (weights, lm_head and loss stay fp32). None: the built-in
-    # engine's precision (bf16 on a CUDA device that supports it, fp32 on CPUs), so learner and sampler agree.
-    bf16: bool | None = None
+class TrainerConfig:
+    model: str = "smollm2-135m"
+    algorithm: str = "grpo"
+    steps: int = 20
+    group_size: int = 8
+    tasks_per_step: int = 4
+    n_workers: int = 32
+    timeout_s: float = 120.0
+    max_attempts: int = 1
+    val_every: int = 5  # 0: only before and after
+    # Stop updating once the training steps (rollouts, teacher, update, swap; not validation) have taken
+    # this many wall-clock seconds in all, resumed starts included. None: `steps` alone decides.
+    time_budget_s: float | None = None
+    val_temperature: float = 0.0
+    checkpoint_every: int = 5
+    merge: bool = True
+    agents: list[str] | None = None  # train only these agents' calls (default: all)
+    # Agents (model aliases) served by a fixed model and never trained: alias -> an OpenAI-compatible
+    # base URL, or None for the built-in base model without the adapter being trained.
+    fixed_agents: dict[str, str | None] = field(default_factory=dict)
+    async_mode: bool = False
+    max_staleness: int = 1
+    sft_threshold: float = 1.0  # sft: train on rollouts whose reward is at least this
+    # Demonstrations: the run whose successful rollouts (another model's calls, tokenized with the
+    # policy's chat template) are imitated for `sft_steps` updates before the `steps` of `algorithm`;
+    # with algorithm "sft" every step imitates them. `sft_batch` rollouts per update.
+    from_run: str | None = None
+    sft_steps: int = 0
+    sft_batch: int = 8
     seed: int = 0
-    device: str | None = None  # default: cuda if available, else cpu
-    cache_dir: str | None = None  # model cache for catalogue names (default: tether's)
+    primary_reward: str | None = None  # which named reward of an evaluator's dict is the reward
+    # Held-out rollouts scored by this named reward instead of their final one (train on a judge, validate
+    # with the evaluator kept beside it).
+    val_reward: str | None = None
+    agent_rewards: bool | None = None  # agents' own rewards count (None: only without an evaluator)
+    air: bool = True  # automatic intermediate rewards
+    engine_threads: int | None = None
+    policy_server: str = "builtin"  # a kind registered in tether.policy_server
+    # What the kind needs beyond the model (vLLM: URLs or replicas to start, its Python, ...).
+    server_options: PolicyServerOptions | None = None
+    learner: str = "local"  # a kind registered in tether.learner.base
+    policy: TrainConfig = field(default_factory=lambda: TrainConfig(model="smollm2-135m"))
+    wandb_project: str | None = None  # also log to this Weights & Biases project
+    # Sampling parameters forced on every training call ({"temperature": 1.0}); validation keeps its own.
+    train_sampling: dict[str, float] = field(default_factory=dict)
+    # Dynamic sampling: groups keep being launched until a batch holds this many groups whose rewards
+    # vary, up to `max_groups_per_step` generated (default 3 x tasks_per_step). 0: off.
+    min_signal_groups: int = 0
+    max_groups_per_step: int | None = None
+    curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
+    # Held-out coverage: each validation also samples every task k times (pass@k, mean@k).
+    coverage: CoverageConfig = field(default_factory=CoverageConfig)
+    # What an agent may send with its token: request bodies, spans per attempt (`tether.limits`).
+    agent_quota: AgentQuota = field(default_factory=AgentQuota)
+    # algorithm "opd": the teacher that scores every token the policy samples (`tether.trainer.distill`).
+    teacher: Teacher | None = None
+    # Several trained policies, a LoRA adapter each, named by the model alias routed to it
+    # (`tether.trainer.policies`); empty: one policy, `policy`, for every alias that is not fixed.
+    policies: list[PolicySpec] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.target_modules = tuple(self.target_modules)
-        self.betas = (float(self.betas[0]), float(self.betas[1]))
-        if not 0 <= self.clip_low < 1 or self.clip_high < 0:
+        if self.algorithm not in ALGORITHMS:
+            raise ValueError(f"unknown algorithm {self.algorithm!r}: choose one of {', '.join(ALGORITHMS)}")
+        if self.steps < 0 or self.group_size < 1 or self.tasks_per_step < 1 or self.n_workers < 1:
+            raise ValueError("steps >= 0, group size, tasks per step and workers >= 1")
+        self._check_demonstrations()
+        if (self.algorithm == DISTILLATION) != (self.teacher is not None):
             raise ValueError(
-                f"need 0 <= clip_low < 1 and clip_high >= 0, got {self.clip_low}, {self.clip_high}"
+                "--algorithm opd distills from a teacher: give --teacher URL"
+                if self.teacher is None
+                else "--teacher is the teacher of --algorithm opd: give --algorithm opd, or drop --teacher"
             )
-        if self.tis_cap is not None and self.tis_cap <= 0:
-            raise ValueError(f"tis_cap must be positive or None, got {self.tis_cap}")
-        if self.micro_batch_tokens < 1 or self.max_seq_len < 2 or self.packed_row_tokens < 1:
-            raise ValueError("micro_batch_tokens and packed_row_tokens must be >= 1 and max_seq_len >= 2")
-        if self.kl_coef < 0 or self.grad_clip < 0:
-            raise ValueError("kl_coef and grad_clip must be >= 0")
-        if self.ppo_epochs < 1 or self.mini_batches < 1:
+        if self.algorithm not in ("sft", DISTILLATION) and self.group_size < 2:
+            raise ValueError(f"{self.algorithm} compares rollouts of a task: --group-size must be at least 2")
+        self.policy.model = self.model
+        if not self.policy.lora and self.policy_server == "builtin":
             raise ValueError(
-                f"ppo_epochs and mini_batches must be >= 1, got {self.ppo_epochs}, {self.mini_batches}"
+                "full fine-tuning needs a policy server that loads full weights; the built-in engine "
+                "hot-swaps LoRA adapters only (drop --full)"
             )
-        if self.loss_agg not in LOSS_AGGREGATIONS:
-            raise ValueError(f"loss_agg must be one of {', '.join(LOSS_AGGREGATIONS)}, got {self.loss_agg!r}")
-        if self.tis_mode not in TIS_MODES:
-            raise ValueError(f"tis_mode must be one of {', '.join(TIS_MODES)}, got {self.tis_mode!r}")
-        if (self.rl_lr is not None and self.rl_lr <= 0) or min(self.rl_warmup_steps, self.rl_start_step) < 0:
-            raise ValueError("--rl-lr must be above 0, and --rl-warmup-steps and the SFT steps >= 0")
-        if self.tis_level not in TIS_LEVELS:
-            raise ValueError(f"tis_level must be one of {', '.join(TIS_LEVELS)}, got {self.tis_level!r}")
-        if self.tis_mode == "mask" and (self.tis_cap is None or self.tis_cap <= 1):
+        self._check_sampling()
+        both = sorted(set(self.agents or ()) & set(self.fixed_agents))
+        if both:
+            raise ValueError(f"agents both trained and fixed: {', '.join(both)}")
+        check_policies(self.policies, self.fixed_agents)
+        if self.policies and self.learner != "local":
             raise ValueError(
-                "tis_mode 'mask' keeps ratios in [1 / tis_cap, tis_cap]: tis_cap must be above 1"
+                "several policies (--policy) are trained by the local learner for now: drop the Ray "
+                "learner, or train one policy"
             )
 
     @property
-    def learning_rate(self) -> float:
-        if self.lr is not None:
-            return self.lr
-        return DEFAULT_LORA_LR if self.lora else DEFAULT_FULL_LR
+    def policy_names(self) -> list[str]:
+        return [spec.name for spec in self.policies] or [POLICY_UPSTREAM]
 
-    def lr_factor(self, step: int) -> float:
-        """The learning rate of optimizer step `step` (from 0) over `learning_rate`: SFT's warm-up, then
-        from `rl_start_step` RL's rate and warm-up."""
+    def _check_sampling(self) -> None:
+        if self.min_signal_groups < 0:
+            raise ValueError("--min-signal-groups must be >= 0")
+        if self.max_groups_per_step is None:
+            self.max_groups_per_step = 3 * max(self.tasks_per_step, self.min_signal_groups)
+        if self.min_signal_groups and self.max_groups_per_step < self.min_signal_groups:
+            raise ValueError(
+                f"--max-groups-per-step {self.max_groups_per_step} cannot hold --min-signal-groups "
+                f"{self.min_signal_groups}"
+            )
+        if self.max_staleness < 0:
+            raise ValueError("--max-staleness must be >= 0")
+        if self.time_budget_s is not None and self.time_budget_s <= 0:
+            raise ValueError("--time-budget must be a positive number of seconds")
 
-        def ramp(done: int, over: int) -> float:
-            return min(1.0, (done + 1) / over) if over > 0 else 1.0
+    @property
+    def groups_ahead(self) -> int:
+        """Async: how many groups may be generating at once. A group launched now is consumed at the
+        latest by the update `max_staleness` versions on, so no sample is too stale to use (the
+        capacity rule: generation is throttled instead of thrown away)."""
+        return (self.max_staleness + 1) * self.tasks_per_step
 
-        if step < self.rl_start_step:
-            return ramp(step, self.warmup_steps)
-        warmup = self.rl_warmup_steps or (0 if self.rl_start_step else self.warmup_steps)
-        scale = 1.0 if self.rl_lr is None or not self.learning_rate else self.rl_lr / self.learning_rate
-        return scale * ramp(step - self.rl_start_step, warmup)
+    def _check_demonstrations(self) -> None:
+        if self.sft_steps < 0 or self.sft_batch < 1:
+            raise ValueError("--sft-steps must be >= 0 and --sft-batch >= 1")
+        if self.from_run is None:
+            if self.sft_steps:
+                raise ValueError("--sft-steps imitates demonstrations: name their run with --from-run")
+            return
+        if self.algorithm == "sft":
+            if self.sft_steps not in (0, self.steps):
+                raise ValueError("with --algorithm sft every step imitates --from-run: drop --sft-steps")
+            self.sft_steps = self.steps
+        elif self.sft_steps == 0:
+            raise ValueError(
+                f"--from-run with --algorithm {self.algorithm}: give --sft-steps N, the imitation updates "
+                "before RL (RL itself trains only on the policy's own rollouts)"
+            )
+
+    @property
+    def total_steps(self) -> int:
+        """Every update: the imitation warm start, then the algorithm's steps."""
+        return self.steps if self.algorithm == "sft" and self.from_run else self.sft_steps + self.steps
+
+
+@dataclass
+class FitResult:
+    run_dir: Path
+    val_before: float | None
+    val_after: float | None
+    steps: int
+    history: list[dict[str, Any]]

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from tether.adapters.transitions import Transition
 from tether.algorithms.advantages import AdvantageBatch, Sample
 from tether.contracts import DEFAULT_ROUTE, POLICY_UPSTREAM
-from tether.trainer.config import TrainConfig
+from tether.learner.config import TrainConfig
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 RESERVED = frozenset({DEFAULT_ROUTE, "base"})  # the default route, and the frozen base model's upstream

@@ -1,5 +1,5 @@
 """What the training loop needs from a learner: one update, the servable weights of a version,
-checkpoints, and logprobs. `PolicyTrainer` (`tether.trainer.policy`, torch in this process) is the first.
+checkpoints, and logprobs. `PolicyTrainer` (`tether.learner.policy`, torch in this process) is the first.
 
     learner = open_learner("local", train_config)
 
@@ -15,17 +15,12 @@ from typing import Any, Protocol
 
 from tether.adapters.transitions import Transition
 from tether.algorithms.advantages import AdvantageBatch, Sample
+from tether.learner.config import TrainConfig
+from tether.learner.errors import LearnerLost, TrainingDiverged
+
+__all__ = ["Learner", "LearnerLost", "StepReport", "TrainingDiverged", "open_learner", "register"]
 from tether.policy_server.base import PolicyWeights
 from tether.registry import Registry
-from tether.trainer.config import TrainConfig
-
-
-class TrainingDiverged(RuntimeError):
-    """A non-finite loss or gradient; the update was not applied and the gradients were cleared."""
-
-
-class LearnerLost(RuntimeError):
-    """A part of a distributed learner died (its message says which, and where); the step did not apply."""
 
 
 class StepReport(Protocol):
@@ -60,7 +55,7 @@ def open_learner(kind: str, config: TrainConfig) -> Learner:
 
 
 def _local(config: TrainConfig) -> Learner:
-    from tether.trainer.policy import PolicyTrainer
+    from tether.learner.policy import PolicyTrainer
 
     return PolicyTrainer(config)
 

@@ -17,9 +17,9 @@ import torch.multiprocessing as mp
 from tests.learner_rig import assert_close, batch, params
 from tether.algorithms import AdvantageBatch, Sample
 from tether.algorithms.advantages import batch_mass
+from tether.learner import PolicyTrainer, TrainConfig
+from tether.learner.groups import LearnerGroup, Ranks, Solo, split_by_tokens
 from tether.models.catalog import TINY_RANDOM, resolve_model
-from tether.trainer import PolicyTrainer, TrainConfig
-from tether.trainer.groups import LearnerGroup, Ranks, Solo, split_by_tokens
 
 # name: (ranks, sharding (None: Solo), whether the batch is one sample, leaving a rank idle)
 GROUPS = {

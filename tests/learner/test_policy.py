@@ -12,10 +12,10 @@ from tests.learner_rig import PROMPT, transition
 from tether.adapters.transitions import Transition
 from tether.algorithms import Sample, assign_advantages
 from tether.algorithms.advantages import AdvantageBatch, AdvantageReport
+from tether.learner import PolicyTrainer, TrainConfig, TrainingDiverged
+from tether.learner.batches import plan_micro_batches
+from tether.learner.policy import policy_loss
 from tether.models.catalog import TINY_RANDOM, resolve_model
-from tether.trainer import PolicyTrainer, TrainConfig, TrainingDiverged
-from tether.trainer.batches import plan_micro_batches
-from tether.trainer.policy import policy_loss
 
 GOOD = [2131, 4387, 3658, 2]
 BAD = [28, 9981, 555]

@@ -13,11 +13,11 @@ from rich.console import Console
 from tether.ray.cluster import ActorPlacement, RayCluster, placement_table
 
 if TYPE_CHECKING:
+    from tether.learner.config import TrainConfig
+    from tether.learner.ray_learner import RayLearner
     from tether.policy_server import PolicyServer, PolicyServerOptions
     from tether.runner.runner import PoolFactory
     from tether.store.auth import TokenAuthority
-    from tether.trainer.config import TrainConfig
-    from tether.trainer.ray_learner import RayLearner
 
 
 class RayPlacement:
@@ -54,7 +54,7 @@ class RayPlacement:
         settings = self.cluster.settings
         if settings.learner_ranks <= 1:
             return None
-        from tether.trainer.ray_learner import RayLearner
+        from tether.learner.ray_learner import RayLearner
 
         learner = RayLearner(config, settings.learner_ranks, self.cluster, settings.learner_sharding)
         self.report(learner.placements())

@@ -2,7 +2,7 @@
 
 Two layouts give the loss the same [B, K] per-token tensors (right-aligned response tokens):
 - padded: one left-padded row per sample, so that every response ends at the last column;
-- packed (`tether.trainer.packing`): samples that share a token prefix share the columns of that prefix
+- packed (`tether.learner.packing`): samples that share a token prefix share the columns of that prefix
   in one row, with a 4-D attention mask and a `gather` of the columns that predict each response token.
 """
 
@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import torch
 
 from tether.adapters.transitions import Transition
+from tether.learner.packing import pack_rows, packed_layout
 from tether.sampling import Sampler
-from tether.trainer.packing import pack_rows, packed_layout
 
 
 @dataclass

@@ -5,23 +5,49 @@ Every rank runs the same `PolicyTrainer.step` on its share and normalizes it by 
 (`batch_mass`), so the ranks' gradients add up to the single-rank one; the group only adds the
 collectives around it: it pads micro-batch plans where every forward is a collective, sums gradients and
 agrees on divergence, and shards and gathers the state. The learner built from Ray actors
-(`tether.trainer.ray_learner`) is `PolicyTrainer(config, group=Ranks(world, sharding))` on each rank.
+(`tether.learner.ray_learner`) is `PolicyTrainer(config, group=Ranks(world, sharding))` on each rank.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 import torch.distributed as dist
 
 from tether.algorithms.advantages import Sample
 from tether.contracts import LEARNER_SHARDINGS
-from tether.trainer.learner import TrainingDiverged
+from tether.learner.config import TrainConfig
+from tether.learner.errors import TrainingDiverged
+from tether.learner.model import TokenScorer
 
-if TYPE_CHECKING:
-    from tether.trainer.policy import PolicyTrainer
+
+class Member(Protocol):
+    """What a group reads of the learner it takes part in (`PolicyTrainer`)."""
+
+    @property
+    def config(self) -> TrainConfig: ...
+
+    @property
+    def device(self) -> torch.device: ...
+
+    @property
+    def params(self) -> list[torch.nn.Parameter]: ...
+
+    @property
+    def scorer(self) -> TokenScorer: ...
+
+    @property
+    def reference_scorer(self) -> TokenScorer | None: ...
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer: ...
+
+    @property
+    def step_count(self) -> int: ...
+
+    def make_optimizer(self) -> None: ...
 
 
 class LearnerGroup:
@@ -29,10 +55,10 @@ class LearnerGroup:
 
     world = 1
 
-    def attach(self, trainer: PolicyTrainer) -> None:
+    def attach(self, trainer: Member) -> None:
         """The model and optimizer are built: make every rank start alike (and shard them)."""
 
-    def begin_step(self, trainer: PolicyTrainer) -> None:
+    def begin_step(self, trainer: Member) -> None:
         pass
 
     def pad_plan(self, plan: list[list[int]]) -> list[list[int]]:
@@ -44,10 +70,10 @@ class LearnerGroup:
         collectives (`reduce_gradients`)."""
         raise error
 
-    def reduce_gradients(self, trainer: PolicyTrainer) -> None:
+    def reduce_gradients(self, trainer: Member) -> None:
         """Before clipping: every rank holds the whole batch's gradient, or all raise together."""
 
-    def step_failed(self, trainer: PolicyTrainer) -> None:
+    def step_failed(self, trainer: Member) -> None:
         """The step raised `TrainingDiverged` before `reduce_gradients`: tell the other ranks."""
 
     def whole(self, tensor: torch.Tensor) -> torch.Tensor:
@@ -77,7 +103,7 @@ class Ranks(LearnerGroup):
     """This process is one rank of an initialized `torch.distributed` group of `world` ranks.
 
     `replicate`: every rank holds the whole model and optimizer; gradients are all-reduced (summed)
-    before clipping. `fsdp`: FSDP2 (`tether.trainer.sharding`), each rank holds 1/N of the parameters,
+    before clipping. `fsdp`: FSDP2 (`tether.learner.sharding`), each rank holds 1/N of the parameters,
     gradients and optimizer state; every forward is a collective, so plans are padded to the longest
     rank's and a diverged micro-batch still runs its backward before the step fails on every rank.
     """
@@ -90,8 +116,8 @@ class Ranks(LearnerGroup):
         self._divergence: TrainingDiverged | None = None
         self.device = torch.device("cpu")
 
-    def attach(self, trainer: PolicyTrainer) -> None:
-        from tether.trainer import sharding
+    def attach(self, trainer: Member) -> None:
+        from tether.learner import sharding
 
         self.device = trainer.device
         with torch.no_grad():  # every rank starts from rank 0's weights
@@ -101,9 +127,9 @@ class Ranks(LearnerGroup):
             sharding.shard(trainer.scorer, self.world, trainer.device.type)
             if trainer.reference_scorer is not None:
                 sharding.shard(trainer.reference_scorer, self.world, trainer.device.type)
-            trainer._make_optimizer()  # over the sharded parameters
+            trainer.make_optimizer()  # over the sharded parameters
 
-    def begin_step(self, trainer: PolicyTrainer) -> None:
+    def begin_step(self, trainer: Member) -> None:
         self._flag_sent, self._divergence = False, None
         rank = dist.get_rank()
         if rank > 0:  # rank 0's random state is the checkpoint's; the others' follow from the step, so a
@@ -123,7 +149,7 @@ class Ranks(LearnerGroup):
         self._divergence = self._divergence or error
         return logp.sum() * 0.0  # the backward's collectives still run; the step fails after them
 
-    def reduce_gradients(self, trainer: PolicyTrainer) -> None:
+    def reduce_gradients(self, trainer: Member) -> None:
         self._send_flag(trainer, 1.0 if self._divergence else 0.0)
         if self.sharded:
             return  # FSDP2 reduce-scattered them in the backward
@@ -132,11 +158,11 @@ class Ranks(LearnerGroup):
                 p.grad = torch.zeros_like(p)
             dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)
 
-    def step_failed(self, trainer: PolicyTrainer) -> None:
+    def step_failed(self, trainer: Member) -> None:
         if not self._flag_sent:
             self._send_flag(trainer, 1.0)
 
-    def _send_flag(self, trainer: PolicyTrainer, value: float) -> None:
+    def _send_flag(self, trainer: Member, value: float) -> None:
         """Every rank says whether its forward passes diverged: all fail together, none hangs."""
         flag = torch.tensor([value], device=trainer.device)
         dist.all_reduce(flag, op=dist.ReduceOp.SUM)
@@ -153,7 +179,7 @@ class Ranks(LearnerGroup):
     # The saved state: gathered on every rank in one order (rank 0 writes it), a single-rank checkpoint.
 
     def whole(self, tensor: torch.Tensor) -> torch.Tensor:
-        from tether.trainer import sharding
+        from tether.learner import sharding
 
         return sharding.whole(tensor)
 
@@ -161,17 +187,17 @@ class Ranks(LearnerGroup):
         return {n: self.whole(t) for n, t in model.state_dict().items()} if self.sharded else None
 
     def whole_optimizer_state(self, state: dict[str, Any]) -> dict[str, Any]:
-        from tether.trainer import sharding
+        from tether.learner import sharding
 
         return sharding.whole_state(state) if self.sharded else state
 
     def like(self, value: torch.Tensor, param: torch.Tensor) -> torch.Tensor:
-        from tether.trainer import sharding
+        from tether.learner import sharding
 
         return sharding.like(value, param)
 
     def optimizer_loaded(self, optimizer: torch.optim.Optimizer) -> None:
-        from tether.trainer import sharding
+        from tether.learner import sharding
 
         if self.sharded:
             sharding.shard_optimizer_state(optimizer)
@@ -179,7 +205,7 @@ class Ranks(LearnerGroup):
 
 def split_by_tokens(samples: Sequence[Sample], ranks: int) -> list[list[Sample]]:
     """Shares of about equal tokens: longest first, each to the rank with the fewest tokens so far. A
-    group's samples stay on one rank, so that its prompt is computed once (`tether.trainer.packing`),
+    group's samples stay on one rank, so that its prompt is computed once (`tether.learner.packing`),
     unless there are fewer groups than ranks."""
     units: dict[str | None, list[Sample]] = {}
     for sample in samples:

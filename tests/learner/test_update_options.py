@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.trainer.test_policy import (  # noqa: F401  (one_thread and tiny_path are fixtures)
+from tests.learner.test_policy import (  # noqa: F401  (one_thread and tiny_path are fixtures)
     BAD,
     GOOD,
     make,
@@ -23,8 +23,8 @@ from tests.trainer.test_policy import (  # noqa: F401  (one_thread and tiny_path
     trainable,
 )
 from tether.algorithms import Sample
+from tether.learner import PolicyTrainer, TrainConfig
 from tether.sampling import Sampler
-from tether.trainer import PolicyTrainer, TrainConfig
 
 LONG = GOOD + GOOD  # 8 tokens against BAD's 3
 
@@ -97,7 +97,7 @@ def test_learner_scores_the_processed_distribution(tiny_path: Path) -> None:
 
 
 def _inputs(trainer: PolicyTrainer, transition):  # noqa: ANN001, ANN202
-    from tether.trainer.batches import collate
+    from tether.learner.batches import collate
 
     mb = collate([transition], [0], trainer.pad_id)
     return mb.input_ids, mb.attention_mask, mb.position_ids, mb.targets.shape[1]

@@ -16,17 +16,17 @@ from tests.helpers import serve_app
 from tether.cli.options import add_settings
 from tether.config.training import CurriculumSettings
 from tether.contracts import Meta
-from tether.store import Reward, RolloutRequest, RolloutStatus, SQLiteStore, Store, StoreClient, Task
-from tether.store.auth import TokenAuthority
-from tether.store.server import create_store_app
-from tether.trainer.curriculum import (
+from tether.curriculum.cursor import TaskCursor
+from tether.curriculum.pools import (
     Curriculum,
     CurriculumConfig,
     CurriculumError,
     CurriculumExhausted,
     curriculum_config,
 )
-from tether.trainer.cursor import TaskCursor
+from tether.store import Reward, RolloutRequest, RolloutStatus, SQLiteStore, Store, StoreClient, Task
+from tether.store.auth import TokenAuthority
+from tether.store.server import create_store_app
 
 RUN = "train-run"
 TASKS = [Task(id=f"t{i}", input={"question": f"q{i}"}) for i in range(6)]
@@ -228,7 +228,7 @@ def test_dry_pools_try_parked_tasks_with_one_line_then_exhaustion_raises(
 ) -> None:
     tasks = TASKS[:2]
     curriculum = Curriculum(tasks, 0, store, RUN, CurriculumConfig(park_after=2))
-    with caplog.at_level(logging.WARNING, logger="tether.trainer.curriculum"):
+    with caplog.at_level(logging.WARNING, logger="tether.curriculum.pools"):
         taken = train(curriculum, store, range(4), solves(), per_step=2, group=2)
     assert taken[0] == ["t0", "t1"] or sorted(taken[0]) == ["t0", "t1"]
     assert all(sorted(step) == ["t0", "t1"] for step in taken[1:])  # both parked: tried anyway

@@ -1,8 +1,8 @@
 """The learner of N ranks: Ray actors forming one `torch.distributed` group (gloo on CPU, NCCL on GPU), each
-running `PolicyTrainer(config, group=Ranks(world, sharding))` (`tether.trainer.groups`) on its share.
+running `PolicyTrainer(config, group=Ranks(world, sharding))` (`tether.learner.groups`) on its share.
 
 A batch is split across ranks by tokens (`split_by_tokens`). The single-rank loss is sum_s w_s * mean_t
-loss_t / W over all samples (W: the total weight, see `tether.trainer.policy`); a rank computes the same
+loss_t / W over all samples (W: the total weight, see `tether.learner.policy`); a rank computes the same
 sum over its own samples, also divided by the whole batch's W, so the ranks' gradients add up to the
 single-rank one. The summed gradient, its global norm (clipping) and so the optimizer step are then
 exactly those of one rank on the whole batch, up to float error, on every rank alike.
@@ -28,12 +28,12 @@ from typing import Any
 from tether.adapters.transitions import Transition
 from tether.algorithms.advantages import AdvantageBatch, Sample, batch_mass
 from tether.contracts import LEARNER_SHARDINGS
+from tether.learner.config import TrainConfig
+from tether.learner.errors import LearnerLost
+from tether.learner.groups import split_by_tokens
 from tether.policy_server.base import PolicyWeights
 from tether.ray.cluster import ActorPlacement, RayCluster, placement_of, where_am_i
 from tether.ray.transfer import Folder, FolderSender, pack, unpack
-from tether.trainer.config import TrainConfig
-from tether.trainer.groups import split_by_tokens
-from tether.trainer.learner import LearnerLost
 
 SUMMED = ("loss", "policy_loss", "kl_loss")  # each rank normalizes by the whole W: they add up
 TOKEN_MEANS = (
@@ -85,8 +85,8 @@ class LearnerRank:
         backend = "nccl" if cuda else "gloo"
         device = "cuda" if cuda else "cpu"
         dist.init_process_group(backend, init_method=init_method, rank=self.rank, world_size=self.world)
-        from tether.trainer.groups import Ranks
-        from tether.trainer.policy import PolicyTrainer
+        from tether.learner.groups import Ranks
+        from tether.learner.policy import PolicyTrainer
 
         config = replace(config, device=config.device or device)
         self.trainer = PolicyTrainer(config, group=Ranks(self.world, sharding))
@@ -152,7 +152,7 @@ class LearnerRank:
 
 
 class RayLearner:
-    """A `Learner` (`tether.trainer.learner`) of `ranks` Ray actors."""
+    """A `Learner` (`tether.learner.base`) of `ranks` Ray actors."""
 
     def __init__(
         self, config: TrainConfig, ranks: int, cluster: RayCluster | None = None, sharding: str = "replicate"

@@ -18,7 +18,7 @@ import torch
 from torch.distributed.tensor import DTensor, distribute_tensor
 
 if TYPE_CHECKING:
-    from tether.trainer.policy import TokenScorer
+    from tether.learner.model import TokenScorer
 
 
 def shard(scorer: TokenScorer, world: int, device: str) -> None:

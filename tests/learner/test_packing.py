@@ -1,4 +1,4 @@
-"""Prefix-shared packing (tether/trainer/packing.py): the layout, and an update equal to the padded one."""
+"""Prefix-shared packing (tether/learner/packing.py): the layout, and an update equal to the padded one."""
 # ruff: noqa: F811  (the fixtures one_thread and tiny_path come from test_policy, and are used by name)
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ import pytest
 import torch
 
 from tests.learner_rig import transition
-from tests.trainer.test_policy import one_thread, tiny_path  # noqa: F401  (fixtures, used by name)
+from tests.learner.test_policy import one_thread, tiny_path  # noqa: F401  (fixtures, used by name)
 from tether.adapters.transitions import Transition
 from tether.algorithms import assign_advantages
-from tether.trainer import PolicyTrainer, TrainConfig
-from tether.trainer.batches import collate, collate_packed
-from tether.trainer.packing import pack_rows, packed_layout
+from tether.learner import PolicyTrainer, TrainConfig
+from tether.learner.batches import collate, collate_packed
+from tether.learner.packing import pack_rows, packed_layout
 
 
 def groups(count: int = 3, size: int = 8, seed: int = 0) -> list[Transition]:

@@ -10,7 +10,7 @@ sample solves are retired, and with `--park-after` those none solves are parked.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tether.runner.driver import RolloutOutcome
@@ -32,3 +32,8 @@ def probe_record(outcomes: Sequence[RolloutOutcome], success: float) -> dict[str
         "probe_unsolved": unsolved,
         "probe_pass_rate": sum(sum(s) for s in by_task.values()) / len(outcomes) if outcomes else 0.0,
     }
+
+
+def probed(history: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether a run (a resumed one included) has probed already: a "probe" record in its history."""
+    return any(record.get("kind") == "probe" for record in history)

@@ -14,10 +14,10 @@ from ray.cluster_utils import Cluster
 
 from tests.learner_rig import assert_close, batch, params
 from tether.algorithms import AdvantageBatch, Sample
+from tether.learner import PolicyTrainer, TrainConfig
+from tether.learner.policy import StepMetrics
+from tether.learner.ray_learner import RayLearner, _combine
 from tether.models.catalog import TINY_RANDOM, resolve_model
-from tether.trainer import PolicyTrainer, TrainConfig
-from tether.trainer.policy import StepMetrics
-from tether.trainer.ray_learner import RayLearner, _combine
 
 
 @pytest.fixture(scope="module")

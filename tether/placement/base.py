@@ -1,7 +1,7 @@
 """Where a command's parts run: the agents' pools, the policy server and the learner.
 
     placement = LocalPlacement()            # everything in this process (the default)
-    placement = RayPlacement(cluster)       # tether.trainer.ray_placement: actors on a Ray cluster
+    placement = RayPlacement(cluster)       # tether.placement.ray: actors on a Ray cluster
 
 `rollout`, `optimize-prompt` and `train` (and `Trainer`) ask the placement, and open their own part
 where it answers None. Adding a placement is one class with these four methods.
@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from tether.learner.base import Learner
+    from tether.learner.config import TrainConfig
     from tether.policy_server import PolicyServer, PolicyServerOptions
     from tether.runner.runner import PoolFactory
     from tether.store.auth import TokenAuthority
-    from tether.trainer.config import TrainConfig
-    from tether.trainer.learner import Learner
 
 LOOPBACK_HOST = "127.0.0.1"
 

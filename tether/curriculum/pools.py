@@ -41,9 +41,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from tether.contracts import Meta
+from tether.curriculum.cursor import TaskCursor, shuffled_order
 from tether.store import RolloutStatus, Store, Task
 from tether.store.models import RolloutQuery, RolloutRow
-from tether.trainer.cursor import TaskCursor, shuffled_order
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ class CurriculumConfig:
     success: float = 1.0  # the reward that counts as solved (at least this)
     history_runs: tuple[str, ...] = ()  # earlier runs whose training rollouts also count
     # Before RL's first step, one group of every task, not trained on, that the pools count
-    # (`tether.trainer.probe`).
+    # (`tether.curriculum.probe`).
     probe: bool = False
 
     def __post_init__(self) -> None:
