@@ -153,3 +153,22 @@ importlib.import_module(computed)
             "tether.dashboard",
         ]
     )
+
+
+def test_the_command_line_namespace_stays_in_the_cli() -> None:
+    """Only `tether/cli/` reads parsed flags: below it, parts take settings and configs. The one other
+    parser is the scripted teacher's own program (`tether/teacher.py`), whose flags stay in its main."""
+    readers, parsers = [], []
+    for path in TETHER.rglob("*.py"):
+        relative = path.relative_to(TETHER.parent)
+        if relative.parts[1] == "cli":
+            continue
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.arg) and node.annotation is not None:
+                if "Namespace" in ast.unparse(node.annotation):
+                    readers.append(f"{relative}:{node.lineno}")
+            if isinstance(node, ast.Import) and any(alias.name == "argparse" for alias in node.names):
+                parsers.append(str(relative))
+    assert readers == []
+    assert parsers == ["tether/teacher.py"]

@@ -10,7 +10,7 @@ format: OpenAI tool calls or the text the agent parses. Driven through the unmod
                                       as failed, so the rollout is no demonstration
 
 `teacher_main(make_policy, description)` parses `--tasks/--host/--port/--url-file`, and
-`serve_teacher(policy, args)` binds (127.0.0.1, a free port by default), writes its base URL
+`serve_teacher(policy, host, port, url_file)` binds (127.0.0.1, a free port by default), writes its base URL
 (`http://HOST:PORT/v1`) to stdout and to `--url-file`, and serves until stopped. Streaming requests get the
 same answer as one content chunk, one chunk per tool call, and the final chunk.
 """
@@ -174,14 +174,16 @@ def teacher_app(policy: Policy, model: str = MODEL) -> FastAPI:
     return app
 
 
-def serve_teacher(policy: Policy, args: argparse.Namespace) -> None:
-    """Serve `policy` on `args.host:args.port` until interrupted (see the module docstring)."""
+def serve_teacher(
+    policy: Policy, host: str = "127.0.0.1", port: int = 0, url_file: str | None = None
+) -> None:
+    """Serve `policy` on `host:port` until interrupted (see the module docstring)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((args.host, args.port))
-    url = f"http://{args.host}:{sock.getsockname()[1]}/v1"
-    if args.url_file:
-        Path(args.url_file).write_text(url + "\n")
+    sock.bind((host, port))
+    url = f"http://{host}:{sock.getsockname()[1]}/v1"
+    if url_file:
+        Path(url_file).write_text(url + "\n")
     print(url, flush=True)
     config = uvicorn.Config(teacher_app(policy), log_level="warning", timeout_graceful_shutdown=2)
     uvicorn.Server(config).run(sockets=[sock])
@@ -197,4 +199,4 @@ def teacher_main(make_policy: Callable[[list[dict[str, Any]]], Policy], descript
     parser.add_argument("--port", type=int, default=0, help="0: a free port")
     parser.add_argument("--url-file", help="also write the base URL to this file once listening")
     args = parser.parse_args()
-    serve_teacher(make_policy(read_tasks(args.tasks)), args)
+    serve_teacher(make_policy(read_tasks(args.tasks)), args.host, args.port, args.url_file)

@@ -3,18 +3,14 @@ through the Store API, as the runner does, with the trainer's group ids, keys an
 
 from __future__ import annotations
 
-import argparse
 import logging
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.helpers import serve_app
-from tether.cli.options import add_settings
-from tether.config.training import CurriculumSettings
 from tether.contracts import Meta
 from tether.curriculum.cursor import TaskCursor
 from tether.curriculum.pools import (
@@ -22,7 +18,6 @@ from tether.curriculum.pools import (
     CurriculumConfig,
     CurriculumError,
     CurriculumExhausted,
-    curriculum_config,
 )
 from tether.store import Reward, RolloutRequest, RolloutStatus, SQLiteStore, Store, StoreClient, Task
 from tether.store.auth import TokenAuthority
@@ -270,23 +265,3 @@ def test_the_curriculum_reads_a_store_over_http(store: SQLiteStore) -> None:
         assert sum("t0" in step for step in taken) == 1
         assert curriculum.pools()["retired"] == 1
         client.close()
-
-
-@dataclass
-class CurriculumTree:
-    curriculum: CurriculumSettings = field(default_factory=CurriculumSettings)
-
-
-def test_the_command_line_options() -> None:
-    parser = argparse.ArgumentParser(formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    add_settings(parser, CurriculumTree())
-    args = parser.parse_args(
-        "--retire-after 3 --park-after 5 --revisit-every 10 --mixed-first --success-reward 0.8 "
-        "--curriculum-from a --curriculum-from b".split()
-    )
-    assert curriculum_config(args) == CurriculumConfig(
-        retire_after=3, park_after=5, revisit_every=10, mixed_first=True, success=0.8, history_runs=("a", "b")
-    )
-    assert not curriculum_config(parser.parse_args([])).enabled
-    for flag in ("--retire-after", "--park-after", "--revisit-every", "--mixed-first", "--curriculum-from"):
-        assert flag in parser.format_help()

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.learner_rig import transition
 from tests.learner.test_policy import one_thread, tiny_path  # noqa: F401  (fixtures, used by name)
+from tests.learner_rig import transition
 from tether.adapters.transitions import Transition
 from tether.algorithms import assign_advantages
 from tether.learner import PolicyTrainer, TrainConfig

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -14,9 +15,9 @@ from rich.console import Console
 from tether.cli.secrets import UPSTREAM_KEY, secret_value
 from tether.contracts import POLICY_UPSTREAM
 from tether.placement.base import LocalPlacement, Placement
-from tether.policy_server import openai as openai_kind
-from tether.policy_server.builtin import options as builtin_kind
-from tether.policy_server.vllm import options as vllm_kind
+from tether.policy_server.builtin.options import BuiltinOptions
+from tether.policy_server.openai import OpenAIOptions
+from tether.policy_server.vllm.options import VLLMOptions
 
 if TYPE_CHECKING:
     from tether.gateway.upstreams import Upstream
@@ -28,7 +29,7 @@ from tether.store import Store, StoreError, StoreOptions, StoreURLError, Task, o
 
 def engine_kind(args: argparse.Namespace) -> str:
     """The policy-server kind the command line asks for: builtin, vllm or openai (`--upstream`)."""
-    if vllm_kind.chosen(args):
+    if bool(getattr(args, "policy_server", None)) or getattr(args, "engine", "builtin") == "vllm":
         if getattr(args, "upstream", None):
             raise SystemExit("tether: --upstream and --engine vllm/--policy-server exclude each other")
         return "vllm"
@@ -38,19 +39,33 @@ def engine_kind(args: argparse.Namespace) -> str:
 def policy_server_options(args: argparse.Namespace, name: str, log_dir: Path | None) -> PolicyServerOptions:
     from tether.policy_server import PolicyServerOptions
 
-    try:
-        vllm = vllm_kind.options_from_args(args)
-    except ValueError as exc:
-        raise SystemExit(f"tether: {exc}") from None
+    if args.vllm_replicas < 1:
+        raise SystemExit("tether: --vllm-replicas must be at least 1")
+    adapter = getattr(args, "adapter", None)
+    upstream = getattr(args, "upstream", None)
     return PolicyServerOptions(
         model=args.model,
         name=name,
         log_dir=log_dir,
         need_pause=getattr(args, "async_mode", False),
         lora_rank=getattr(args, "lora_r", 16),
-        builtin=builtin_kind.options_from_args(args),
-        vllm=vllm,
-        openai=openai_kind.options_from_args(args, secret_value(args, UPSTREAM_KEY)),
+        builtin=BuiltinOptions(
+            max_batch_size=args.max_batch_size,
+            prefix_cache_mb=args.prefix_cache_mb,
+            adapter=None if adapter is None else Path(adapter),
+        ),
+        vllm=VLLMOptions(
+            urls=tuple(u.strip() for u in (args.policy_server or "").split(",") if u.strip()),
+            replicas=args.vllm_replicas,
+            python=args.vllm_python,
+            args=tuple(shlex.split(args.vllm_args)),
+            port=args.vllm_port,
+        ),
+        openai=None
+        if not upstream
+        else OpenAIOptions(
+            upstream, secret_value(args, UPSTREAM_KEY), args.upstream_model, args.upstream_token_ids
+        ),
     )
 
 
@@ -100,7 +115,7 @@ def opened_policy_server(kind: str, options: PolicyServerOptions, console: Conso
 
 def runner_pools(args: argparse.Namespace, command: str, tasks: Sequence[Task], agent: Any) -> Any:
     """The pool factory `--runner` names (None: the local pool), checked before anything runs."""
-    from tether.runner.k8s.cli import check_unused, kubernetes_pools_for
+    from tether.cli.k8s_args import check_unused, kubernetes_pools_for
     from tether.runner.k8s.options import K8sOptionsError
 
     try:

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 
 from tether.cli.common import engine_kind, policy_server_options
-from tether.cli.coverage_args import coverage_config
 from tether.cli.experiment import open_experiment
 from tether.cli.options import add_settings, settings_from_args, write_config
 from tether.cli.plot_cmd import plot
@@ -19,10 +18,10 @@ from tether.cli.quota_args import agent_quota
 from tether.cli.reward_args import reward_setting, rewards_from_args
 from tether.cli.rollout_cmd import load_inputs, warn_if_the_agent_user_reads
 from tether.cli.secrets import JUDGE_KEY, TEACHER_KEY, add_secret_arg, secret_value
+from tether.cli.trainer_args import coverage_config, curriculum_config
 from tether.config.agent import AGENT_REWARDS
 from tether.config.commands import TrainSettings
 from tether.contracts import POLICY_UPSTREAM
-from tether.curriculum.pools import curriculum_config
 from tether.project import Project
 from tether.rewards.rank import GroupScorer
 from tether.runner import RewardError, TaskFileError, load_tasks

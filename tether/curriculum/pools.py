@@ -35,7 +35,6 @@ last read stopped being final (SQLite: one statement; HTTP: one request); earlie
 
 from __future__ import annotations
 
-import argparse
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -118,19 +117,6 @@ class CurriculumConfig:
         parts += [f"--curriculum-from {run}" for run in self.history_runs]
         parts += ["--probe"] if self.probe else []
         return " ".join(parts)
-
-
-def curriculum_config(args: argparse.Namespace) -> CurriculumConfig:
-    """The options `add_curriculum_args` added; raises CurriculumError for a bad combination."""
-    return CurriculumConfig(
-        retire_after=args.retire_after,
-        park_after=args.park_after,
-        revisit_every=args.revisit_every,
-        mixed_first=args.mixed_first,
-        success=args.success_reward,
-        history_runs=tuple(dict.fromkeys(args.curriculum_from or ())),
-        probe=args.probe,
-    )
 
 
 # -- the store's record -------------------------------------------------------------------------------

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,12 +16,3 @@ class BuiltinOptions:
     threads: int | None = None  # torch threads (None: torch's default)
     adapter: Path | None = None  # a LoRA adapter folder to serve (`tether serve --adapter`)
     prefix_cache_mb: float | None = None  # prompt keys and values kept for reuse (None: the engine's default)
-
-
-def options_from_args(args: argparse.Namespace) -> BuiltinOptions:
-    adapter = getattr(args, "adapter", None)
-    return BuiltinOptions(
-        max_batch_size=getattr(args, "max_batch_size", DEFAULT_MAX_BATCH_SIZE),
-        prefix_cache_mb=getattr(args, "prefix_cache_mb", None),
-        adapter=None if adapter is None else Path(adapter),
-    )

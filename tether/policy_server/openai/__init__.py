@@ -3,7 +3,6 @@ does not manage it, so it serves one fixed model and is never trained."""
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
 
 from tether.gateway.upstreams import HTTPUpstream, HTTPUpstreamConfig, Upstream
@@ -16,12 +15,6 @@ class OpenAIOptions:
     api_key: str | None = None
     model: str | None = None  # the model name sent upstream (default: the one the agent asked for)
     token_ids: bool = False  # ask for token ids (vLLM's return_token_ids)
-
-
-def options_from_args(args: argparse.Namespace, api_key: str | None) -> OpenAIOptions | None:
-    if not getattr(args, "upstream", None):
-        return None
-    return OpenAIOptions(args.upstream, api_key, args.upstream_model, args.upstream_token_ids)
 
 
 class OpenAIPolicyServer:
@@ -59,4 +52,4 @@ class OpenAIPolicyServer:
         return None  # the gateway closes the upstream's connections
 
 
-__all__ = ["OpenAIOptions", "OpenAIPolicyServer", "add_args", "options_from_args"]
+__all__ = ["OpenAIOptions", "OpenAIPolicyServer"]
