@@ -245,19 +245,18 @@ async def test_policies_in_one_batch_use_only_their_own_prefixes(
 
 
 def test_the_builtin_server_passes_its_budget_to_the_engine(tiny_path: Path) -> None:
-    import argparse
-
-    from tether.policy_server.builtin.options import add_args, options_from_args
+    from tether.cli.common import policy_server_options
+    from tether.cli.main import build_parser
     from tether.policy_server.builtin.server import BuiltinPolicyServer
 
-    parser = argparse.ArgumentParser()
-    add_args(parser)
+    parser = build_parser()
     for flags, budget in (
         ([], DEFAULT_PREFIX_CACHE_MB),
         (["--prefix-cache-mb", "0"], 0),
         (["--prefix-cache-mb", "1.5"], 1.5),
     ):
-        server = BuiltinPolicyServer(str(tiny_path), options_from_args(parser.parse_args(flags)))
+        options = policy_server_options(parser.parse_args(["serve", *flags]), "policy", None).builtin
+        server = BuiltinPolicyServer(str(tiny_path), options)
         try:
             assert server.engine._prefixes.budget == int(budget * 2**20)
             assert server.prefill_stats()["prefix_entries"] == 0
