@@ -1,6 +1,7 @@
 """Tether: train existing AI agents with reinforcement learning, with zero changes to their code.
 
 For agents: `tether.emit_reward`, `tether.span`, `tether.traced`, `tether.get_prompt`. For training:
+`tether.train(tether.TrainSettings(...))` runs what `tether train` runs (examples/python_api.py); below it,
 `tether.Trainer(tether.TrainerConfig(...), ...).fit(agent, train_tasks, val_tasks, evaluator)` with a
 `tether.CommandAgent` or `tether.CallableAgent`; `tether.open_store(url)` opens a store.
 
@@ -14,6 +15,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from tether.cli.api import SettingsError, train
+    from tether.config import TrainSettings
     from tether.learner.config import TrainConfig
     from tether.prompts import get_prompt
     from tether.runner import CallableAgent, CommandAgent, load_tasks
@@ -38,6 +41,9 @@ _LAZY = {
     "emit_reward": "tether.tracing",
     "span": "tether.tracing",
     "traced": "tether.tracing",
+    "train": "tether.cli.api",
+    "SettingsError": "tether.cli.api",
+    "TrainSettings": "tether.config",
     "Trainer": "tether.trainer.loop",
     "TrainerConfig": "tether.trainer.loop",
     "TrainConfig": "tether.learner.config",
@@ -49,10 +55,12 @@ __all__ = [
     "Reward",
     "Rollout",
     "RolloutStatus",
+    "SettingsError",
     "Span",
     "Store",
     "Task",
     "TrainConfig",
+    "TrainSettings",
     "Trainer",
     "TrainerConfig",
     "__version__",
@@ -62,6 +70,7 @@ __all__ = [
     "open_store",
     "span",
     "traced",
+    "train",
 ]
 
 

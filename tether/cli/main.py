@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     config_file = config_file_in(words)
     if config_file is not None:
-        command = _command_parser(parser, words)
+        command = command_parser(parser, words)
         if command is not None:
             load_config_file(command, config_file, command.prog)
     args = parser.parse_args(argv)
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
-def _command_parser(parser: argparse.ArgumentParser, words: list[str]) -> argparse.ArgumentParser | None:
+def command_parser(parser: argparse.ArgumentParser, words: list[str]) -> argparse.ArgumentParser | None:
     """The subcommand's parser that a command line names (its first word that is a command)."""
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     for word in words:

@@ -122,6 +122,14 @@ def _command_line(args: argparse.Namespace) -> tuple[dict[str, object], dict[str
 
 
 def run(args: argparse.Namespace) -> int:
+    result = fit(args)
+    curve = plot(result.history, result.run_dir / "curves.png", result.run_dir.name)
+    _report(result, curve)
+    return 0
+
+
+def fit(args: argparse.Namespace) -> FitResult:
+    """The run the command line describes, trained (or resumed) to its end; SystemExit for bad input."""
     from tether.learner.config import TrainConfig
     from tether.trainer.loop import Trainer, TrainerConfig
 
@@ -244,9 +252,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         agent.close()
     store.close()
-    curve = plot(result.history, run_dir / "curves.png", run_dir.name)
-    _report(result, curve)
-    return 0
+    return result
 
 
 def _keep_settings(args: argparse.Namespace, name: str, run_dir: Path) -> None:
