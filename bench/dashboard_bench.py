@@ -39,7 +39,7 @@ from tether.gateway import Gateway
 from tether.project import Project
 from tether.store import SQLiteStore
 from tether.store.auth import TokenAuthority
-from tether.store.models import Reward, RolloutRequest, RolloutStatus, Span, Task
+from tether.store.records import Reward, RolloutRequest, RolloutStatus, Span, Task
 from tether.trainer.metrics import MetricsLog
 
 ROOT = Path(__file__).resolve().parent.parent

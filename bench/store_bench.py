@@ -15,7 +15,7 @@ from pathlib import Path
 from bench.runner_overhead import wake_latency
 from tether.store import RolloutRequest, SQLiteStore, StoreClient, Task
 from tether.store.auth import TokenAuthority
-from tether.store.models import Reward, Span
+from tether.store.records import Reward, Span
 
 
 @dataclass

@@ -41,7 +41,7 @@ from tether.gateway.upstreams.base import CallRecord, ChoiceRecord
 from tether.store import Claim, RolloutRequest, RolloutStatus, SQLiteStore, StoreClient, Task
 from tether.store.auth import TokenAuthority
 from tether.store.base import Store
-from tether.store.models import Reward, RolloutRecord, Span
+from tether.store.records import Reward, RolloutRecord, Span
 from tether.trainer.stages import stage_stats_of
 
 READS = ("get_rollout", "list_rollouts", "query_spans", "query_rewards", "list_attempts", "read_rollouts")

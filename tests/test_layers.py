@@ -15,7 +15,13 @@ FLOORS: list[set[str]] = [
     {"contracts", "errors", "filemodes", "limits", "models", "prompts", "registry", "sampling", "teacher"},
     {"store", "engines", "ray"},  # records, the built-in engine, the Ray cluster and transfers
     {"gateway", "runner", "tracing", "adapters", "project"},  # calls recorded; records turned to samples
-    {"policy_server", "algorithms", "rewards", "config"},  # serving, advantages, reward sources, settings
+    {
+        "policy_server",
+        "algorithms",
+        "rewards",
+        "config",
+        "prompt_search",
+    },  # serving, advantages, rewards, settings
     {"dashboard", "compose", "stack", "learner", "curriculum"},  # servers a command runs, the update, tasks
     {"placement"},  # where the parts run: this process or Ray
     {"trainer"},  # the loop

@@ -27,7 +27,7 @@ from reward import correct  # noqa: E402
 from tether.rewards.evidence import reported_summary, trace_summary  # noqa: E402
 from tether.store import RolloutStatus, open_store  # noqa: E402
 from tether.store.base import Store  # noqa: E402
-from tether.store.models import Rollout  # noqa: E402
+from tether.store.records import Rollout  # noqa: E402
 
 LAST_NUMBER = re.compile(r"(\d+)(?!.*\d)", re.DOTALL)
 

@@ -6,7 +6,7 @@ import itertools
 from typing import Any
 
 from tether.store import RolloutRequest, RolloutStatus, SQLiteStore, Task
-from tether.store.models import Reward, Rollout, Span
+from tether.store.records import Reward, Rollout, Span
 
 _clock = itertools.count(1)
 BASE_TIME = 1_700_000_000.0

@@ -5,7 +5,7 @@ from __future__ import annotations
 from tests.adapters.calls import call_span, reward, running_rollout, tick
 from tether.adapters import build_transitions
 from tether.store import SQLiteStore
-from tether.store.models import Span
+from tether.store.records import Span
 
 
 def agent_span(rollout_id: str, name: str, key: str = "gen_ai.agent.name") -> Span:

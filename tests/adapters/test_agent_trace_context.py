@@ -11,7 +11,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from tests.rigs import GatewayRig
 from tether.adapters import build_transitions
-from tether.store.models import Reward
+from tether.store.records import Reward
 
 
 def test_calls_inside_an_otel_agent_span_are_labelled_with_its_agent(engine_rig: GatewayRig) -> None:

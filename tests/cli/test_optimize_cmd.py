@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.algorithms import scripted
+from tests.prompt_search import scripted
 from tether.cli.main import main
 from tether.store import RolloutStatus, SQLiteStore
 

@@ -11,7 +11,7 @@ import httpx
 from tests.dashboard.conftest import RUN, Dashboard, TrainedProject, sign_in
 from tether.adapters import build_transitions
 from tether.contracts import CallAttr, is_call_span
-from tether.store.models import RolloutRequest, RolloutStatus, Task
+from tether.store.records import RolloutRequest, RolloutStatus, Task
 from tether.store.reward_rule import rollout_reward
 from tether.trainer.metrics import MetricsLog, read_metrics
 

@@ -34,7 +34,7 @@ from tether.rewards.judge import Endpoint
 from tether.rewards.rank import GroupJudge
 from tether.runner.rewards import RewardError, attributed
 from tether.store import SQLiteStore
-from tether.store.models import Rollout
+from tether.store.records import Rollout
 
 AGENT = Path(__file__).parents[1] / "cli" / "agents" / "openai_call_agent.py"
 WAIT_MS = 30_000

@@ -13,7 +13,7 @@ from tether.contracts import CallAttr, Origin
 from tether.store import SQLiteStore
 from tether.store.auth import TokenAuthority
 from tether.store.client import StoreClient
-from tether.store.models import Reward, RolloutQuery, RolloutRequest, RolloutStatus, Span, Task
+from tether.store.records import Reward, RolloutQuery, RolloutRequest, RolloutStatus, Span, Task
 from tether.store.reward_rule import rollout_reward
 from tether.store.rollout_query import query_rollouts_by_scanning
 from tether.store.server import create_store_app

@@ -11,7 +11,7 @@ import pytest
 from tests.integration.scripted_upstream import TOKEN_LOGPROB, Script
 from tests.integration.tools import CITY, TOOL_RESULT
 from tests.rigs import GatewayRig
-from tether.store.models import Span
+from tether.store.records import Span
 
 MODEL = "policy"  # a name no framework knows: every call must go to the gateway's route
 

@@ -12,7 +12,7 @@ from tests.rewards.test_judge import judge_server
 from tests.rewards.test_sources import rollout
 from tether.cli.main import main
 from tether.rewards.agreement import agreement
-from tether.store.models import Reward
+from tether.store.records import Reward
 from tether.store.reward_rule import named_reward
 
 

@@ -23,7 +23,7 @@ from tether.contracts import Origin
 from tether.rewards import Judge, RemoteReward
 from tether.rewards.judge import Endpoint
 from tether.rewards.rank import GroupJudge
-from tether.store.models import Span
+from tether.store.records import Span
 
 CLAIM = "I ran the tests: 12/12 passed"
 RECORDED_REPLY = "The answer is 42."  # the fake upstream's

@@ -17,7 +17,7 @@ from starlette.routing import Route
 from tests.helpers import serve_app
 from tether.rewards import RemoteReward
 from tether.runner.rewards import RewardError
-from tether.store.models import Span
+from tether.store.records import Span
 
 CALL = Span(
     rollout_id="ro-1",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from tether.contracts import Origin
 from tether.runner.rewards import AIRRules, air_rewards
-from tether.store.models import Span
+from tether.store.records import Span
 
 
 def truncated_call(origin: str) -> Span:

@@ -21,7 +21,7 @@ from tether.contracts import Meta, Origin
 from tether.runner import AgentEndpoints, CommandAgent, Runner, RunnerConfig
 from tether.runner.driver import RolloutOutcome, read_outcome
 from tether.store import RolloutRequest, RolloutStatus, SQLiteStore, Store, Task
-from tether.store.models import Reward, Rollout
+from tether.store.records import Reward, Rollout
 
 AGENTS = Path(__file__).parent / "agents"
 FORGER = f"{sys.executable} {AGENTS / 'forger.py'}"  # one call, then posts 1000 "from the evaluator"

@@ -31,7 +31,7 @@ from tether.compose import create_app
 from tether.gateway import Gateway, GatewayConfig
 from tether.store import RolloutStatus, SQLiteStore
 from tether.store.auth import TokenAuthority
-from tether.store.models import Rollout
+from tether.store.records import Rollout
 
 AGENTS = Path(__file__).parent / "agents"
 READER = f"{sys.executable} {AGENTS / 'retry_reader.py'}"

@@ -25,7 +25,7 @@ from tether.adapters import build_transitions
 from tether.cli.main import main
 from tether.contracts import Origin
 from tether.store import RolloutRequest, RolloutStatus, SQLiteStore, Task
-from tether.store.models import Rollout
+from tether.store.records import Rollout
 
 AGENTS = Path(__file__).parent / "agents"
 LINGERER = f"{sys.executable} {AGENTS / 'lingerer.py'}"

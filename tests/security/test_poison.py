@@ -19,7 +19,7 @@ from tether.gateway.request_checks import nests_deeper
 from tether.limits import MAX_JSON_DEPTH, json_depth
 from tether.store import SQLiteStore
 from tether.store.base import InvalidValue
-from tether.store.models import Span
+from tether.store.records import Span
 
 CHAT = {"model": "policy", "messages": [{"role": "user", "content": "hi"}]}
 ROUTE_BODIES = {

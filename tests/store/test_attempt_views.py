@@ -15,7 +15,7 @@ import pytest
 from tests.helpers import serve_app
 from tether.store.auth import TokenAuthority
 from tether.store.base import Store
-from tether.store.models import RolloutRequest, RolloutStatus, Task
+from tether.store.records import RolloutRequest, RolloutStatus, Task
 from tether.store.server import create_store_app
 from tether.store.sqlite import SQLiteStore
 

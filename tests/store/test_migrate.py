@@ -13,8 +13,8 @@ import pytest
 from tests.pg import Cluster
 from tether.cli.main import main
 from tether.store.base import Store
-from tether.store.models import Reward, RolloutRequest, RolloutStatus, Span, SpanEvent, Task
 from tether.store.postgres import PostgresStore
+from tether.store.records import Reward, RolloutRequest, RolloutStatus, Span, SpanEvent, Task
 from tether.store.sqlite import SQLiteStore
 from tether.store.tables import TABLES, open_tables
 

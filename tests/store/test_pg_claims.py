@@ -5,8 +5,8 @@ from __future__ import annotations
 import multiprocessing
 from typing import Any
 
-from tether.store.models import RolloutRequest, RolloutStatus, Task
 from tether.store.postgres import PostgresStore
+from tether.store.records import RolloutRequest, RolloutStatus, Task
 
 CLAIMERS = 2
 ROLLOUTS = 3000

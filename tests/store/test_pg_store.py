@@ -13,9 +13,9 @@ from tests.pg import Cluster
 from tether.gateway.recorder import SpanRecorder
 from tether.store import StoreError, open_store
 from tether.store.base import InvalidValue
-from tether.store.models import RolloutRequest, RolloutStatus, Span, Task
 from tether.store.postgres import PostgresStore
 from tether.store.postgres.schema import LATEST, MIGRATIONS, SchemaTooNew, migrate, schema_version
+from tether.store.records import RolloutRequest, RolloutStatus, Span, Task
 
 
 def versions(url: str) -> list[int]:

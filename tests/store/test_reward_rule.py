@@ -9,7 +9,7 @@ from tests.adapters.calls import call_span, retried_rollout, reward, running_rol
 from tether.adapters import build_transitions
 from tether.runner.driver import read_outcome
 from tether.store import RolloutStatus, SQLiteStore, final_reward
-from tether.store.models import Reward
+from tether.store.records import Reward
 
 P1 = [1, 10, 11, 12]
 R1 = [20, 21, 2]

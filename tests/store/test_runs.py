@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tether.store.base import Store
-from tether.store.models import RolloutRequest, RolloutStatus, Task
+from tether.store.records import RolloutRequest, RolloutStatus, Task
 
 
 def keyed(run: str, count: int, prefix: str = "t") -> list[RolloutRequest]:

@@ -17,7 +17,7 @@ from tests.helpers import serve_app
 from tether.store.auth import TokenAuthority
 from tether.store.base import InvalidTransition, NotFound, StoreAuthError, StoreError
 from tether.store.client import StoreClient
-from tether.store.models import Reward, Rollout, RolloutRequest, RolloutStatus, Span, Task
+from tether.store.records import Reward, Rollout, RolloutRequest, RolloutStatus, Span, Task
 from tether.store.server import create_store_app, create_store_router, install_store_error_handlers
 from tether.store.sqlite import SQLiteStore
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from tether.store.base import StoreError
-from tether.store.models import Reward, RolloutRequest, RolloutStatus, Span, SpanEvent, Task
+from tether.store.records import Reward, RolloutRequest, RolloutStatus, Span, SpanEvent, Task
 from tether.store.sqlite import SQLiteStore
 
 CLAIMERS = 3
@@ -27,7 +27,7 @@ BATCHES_BEFORE_KILL = 25
 
 WRITER = """
 import sys
-from tether.store.models import Span
+from tether.store.records import Span
 from tether.store.sqlite import SQLiteStore
 
 store = SQLiteStore(sys.argv[1])
@@ -65,7 +65,7 @@ if os.access(sys.argv[1], os.W_OK):
     sys.exit(0)
 
 from tether.store.base import StoreError
-from tether.store.models import RolloutRequest, Task
+from tether.store.records import RolloutRequest, Task
 from tether.store.sqlite import SQLiteStore
 
 try:

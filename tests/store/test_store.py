@@ -9,7 +9,7 @@ import pytest
 
 from tether.store.base import InvalidTransition, NotFound, Store
 from tether.store.lifecycle import MAX_WORKER_LOSSES
-from tether.store.models import (
+from tether.store.records import (
     Reward,
     Rollout,
     RolloutRecord,

@@ -49,7 +49,7 @@ from tether.contracts import (
 )
 from tether.sampling import Sampler
 from tether.store.base import Store
-from tether.store.models import Reward, Rollout, RolloutRecord, Span
+from tether.store.records import Reward, Rollout, RolloutRecord, Span
 from tether.store.reward_rule import agent_rewards_count, final_reward
 
 ALL_ROWS = 1_000_000_000

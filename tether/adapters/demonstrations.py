@@ -27,7 +27,7 @@ from tether.contracts import CallAttr, Origin, SpanStatus, is_call_span
 from tether.models.chat_template import ChatTemplate, TemplateError
 from tether.sampling import RAW
 from tether.store.base import Store
-from tether.store.models import Rollout, RolloutStatus, Span
+from tether.store.records import Rollout, RolloutStatus, Span
 from tether.store.reward_rule import rollout_final_reward
 
 

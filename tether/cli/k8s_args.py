@@ -11,7 +11,7 @@ from rich.console import Console
 from tether.runner.agents import Agent
 from tether.runner.k8s.options import K8sOptions, K8sOptionsError, parse_listen
 from tether.runner.runner import PoolFactory
-from tether.store.models import Task
+from tether.store.records import Task
 
 K8S_ONLY = ("job_template", "kubeconfig", "agent_url", "agent_listen")
 

@@ -13,18 +13,6 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from tether.algorithms.apo import APOConfig, run_apo
-from tether.algorithms.pareto import ParetoConfig, run_pareto
-from tether.algorithms.prompt_search import (
-    OPTIMIZER_AGENT,
-    Budget,
-    Candidate,
-    CandidateRunner,
-    OptimizerLLM,
-    SearchContext,
-    SearchError,
-    SearchResult,
-)
 from tether.cli.experiment import open_experiment
 from tether.cli.options import add_settings
 from tether.cli.progress import progress_bar
@@ -34,6 +22,18 @@ from tether.config.commands import OptimizePromptSettings
 from tether.contracts import DEFAULT_ROUTE, POLICY_UPSTREAM
 from tether.gateway import HTTPUpstream, HTTPUpstreamConfig
 from tether.gateway.upstreams import Upstream
+from tether.prompt_search.apo import APOConfig, run_apo
+from tether.prompt_search.pareto import ParetoConfig, run_pareto
+from tether.prompt_search.search import (
+    OPTIMIZER_AGENT,
+    Budget,
+    Candidate,
+    CandidateRunner,
+    OptimizerLLM,
+    SearchContext,
+    SearchError,
+    SearchResult,
+)
 from tether.runner import RewardError, Runner, TaskFileError, load_tasks
 from tether.runner.rewards import Evaluator, check_reference_reader
 from tether.store import RolloutStatus, Store, Task

@@ -27,7 +27,7 @@ from tether.contracts import is_call_span
 from tether.project import Project
 from tether.store import NotFound, RolloutStatus, Store, StoreError, StoreOptions, open_store, rollout_reward
 from tether.store.backends import default_store_url, scheme_of, sqlite_path
-from tether.store.models import Rollout, Span
+from tether.store.records import Rollout, Span
 
 console = Console()
 PREVIEW_IDS = 12

@@ -12,7 +12,7 @@ from tether.cli.options import add_settings
 from tether.cli.store_cmd import open_from_args
 from tether.config.commands import TransitionsExportSettings
 from tether.store import Store, StoreError
-from tether.store.models import FINISHED_STATUSES, Rollout
+from tether.store.records import FINISHED_STATUSES, Rollout
 
 PROG = "tether transitions"
 FINISHED = sorted(status.value for status in FINISHED_STATUSES)

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from tether.contracts import Meta
 from tether.curriculum.cursor import TaskCursor, shuffled_order
 from tether.store import RolloutStatus, Store, Task
-from tether.store.models import RolloutQuery, RolloutRow
+from tether.store.records import RolloutQuery, RolloutRow
 
 log = logging.getLogger(__name__)
 

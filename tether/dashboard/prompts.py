@@ -1,5 +1,5 @@
 """Prompt-search candidates: every version of every prompt resource, with its score and the critique
-that produced it (`tether.algorithms.prompt_search` records one version per settled candidate)."""
+that produced it (`tether.prompt_search.search` records one version per settled candidate)."""
 
 from __future__ import annotations
 

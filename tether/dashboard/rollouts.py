@@ -13,7 +13,7 @@ from tether.contracts import ADVANTAGE_METHODS, JUDGE_SPAN, CallAttr, is_call_sp
 from tether.dashboard.tokens import TokenDecoder
 from tether.runner.runs import load_run
 from tether.store.base import NotFound, Store
-from tether.store.models import Rollout, RolloutQuery, Span
+from tether.store.records import Rollout, RolloutQuery, Span
 from tether.store.reward_rule import rollout_reward
 
 ALL_SPANS = 100_000

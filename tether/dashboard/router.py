@@ -19,7 +19,7 @@ from tether.dashboard.tokens import TokenDecoder
 from tether.gateway.errors import unauthorized
 from tether.store.auth import TokenAuthority, bearer_token
 from tether.store.base import Store
-from tether.store.models import RolloutQuery, RolloutStatus
+from tether.store.records import RolloutQuery, RolloutStatus
 
 STATIC = Path(__file__).parent / "static"
 PAGE_LIMIT = 500

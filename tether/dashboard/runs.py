@@ -12,7 +12,7 @@ import orjson
 
 from tether.runner.runs import load_run
 from tether.store.base import Store
-from tether.store.models import RolloutQuery, RolloutStatus
+from tether.store.records import RolloutQuery, RolloutStatus
 
 LIVE_WINDOW_S = 30.0  # a run whose metrics changed this recently is shown as live
 MAX_CHUNK_BYTES = 4 << 20  # the most metrics one poll returns; the next poll gets the rest

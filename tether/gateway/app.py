@@ -41,7 +41,7 @@ from tether.gateway.upstreams import CallKind, CallRecord, StreamAborted, Upstre
 from tether.limits import MAX_BODY_BYTES, AgentQuota, BodyTooLarge, read_bounded, too_large_message
 from tether.store.auth import AuthError, Caller, TokenAuthority, authenticate, bearer_token
 from tether.store.base import InvalidValue, Store, StoreError
-from tether.store.models import Rollout, RolloutStatus, Span
+from tether.store.records import Rollout, RolloutStatus, Span
 from tether.store.span_quota import SpanLedger
 
 CALL_PREFIXES = ("/v1", "/rollouts/{rollout_id}/v1", "/rollouts/{rollout_id}/attempts/{attempt}/v1")

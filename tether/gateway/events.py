@@ -14,8 +14,8 @@ from fastapi import APIRouter, Request
 from tether.gateway.app import Gateway
 from tether.gateway.errors import GatewayError
 from tether.store.auth import request_token
-from tether.store.models import Reward, now
 from tether.store.provenance import DEFAULT_REWARD_NAME, agent_reward
+from tether.store.records import Reward, now
 
 EVENT_PATHS = ("/rollouts/{rollout_id}", "/rollouts/{rollout_id}/rewards")
 TRUE_FLAGS = frozenset({"1", "true", "yes", "on"})

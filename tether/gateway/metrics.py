@@ -26,7 +26,7 @@ from tether.gateway.errors import GatewayError, unauthorized
 from tether.gateway.upstreams import Upstream
 from tether.store.auth import TokenAuthority, request_token
 from tether.store.base import Store
-from tether.store.models import RolloutQuery, RolloutStatus, Span
+from tether.store.records import RolloutQuery, RolloutStatus, Span
 
 
 class Scraped(Protocol):

@@ -19,7 +19,7 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 
 from tether.store.base import InvalidValue, Store, StoreError
-from tether.store.models import Span
+from tether.store.records import Span
 
 MAX_BATCH = 1024
 # What a store raises for a value it cannot keep: its own InvalidValue, or the serializer's error as is

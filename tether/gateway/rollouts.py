@@ -17,7 +17,7 @@ from collections.abc import Hashable
 
 from tether.store.auth import AuthError, check_live, find_rollout, may_be_stale
 from tether.store.base import Store
-from tether.store.models import Rollout
+from tether.store.records import Rollout
 
 CACHE_SIZE = 4096
 

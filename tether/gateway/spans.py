@@ -18,7 +18,7 @@ from tether.contracts import (
 from tether.gateway.context import CallContext
 from tether.gateway.errors import GatewayError
 from tether.gateway.upstreams import CallKind, CallRecord, ChoiceRecord
-from tether.store.models import Span
+from tether.store.records import Span
 
 # The status of a streamed call's span when the agent went away mid-stream: what was generated until then
 # is recorded (choices without a finish reason), neither "ok" nor "error".

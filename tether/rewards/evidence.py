@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tether.contracts import Origin, is_call_span
-from tether.store.models import Span
+from tether.store.records import Span
 
 REPLY_CHARS = 400  # of each reply, or reported line, within a summary
 NO_CALLS = "(no model calls recorded)"

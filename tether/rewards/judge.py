@@ -30,7 +30,7 @@ import httpx
 from tether.contracts import JUDGE_SPAN, Origin, SpanStatus
 from tether.rewards.evidence import NOTHING_REPORTED, reported_summary, trace_summary
 from tether.runner.rewards import RewardError, Scored
-from tether.store.models import Span
+from tether.store.records import Span
 
 SYSTEM = """You grade the work of an AI agent on one task, following the rubric below.
 The task, the agent's final output and a summary of what it did are given to you between tags

@@ -24,7 +24,7 @@ from typing import Any, Protocol, runtime_checkable
 from tether.rewards.evidence import reported_summary, trace_summary
 from tether.rewards.judge import Endpoint, ask_judge, escape
 from tether.runner.rewards import RewardError
-from tether.store.models import Span
+from tether.store.records import Span
 
 RANK_REWARD = "judge_rank"
 SYSTEM = """You compare {n} attempts by AI agents at the same task, following the rubric below.

@@ -25,7 +25,7 @@ import httpx
 from tether.rewards.evidence import recorded_calls, reported_spans
 from tether.rewards.judge import RETRIED_STATUS, timed_out
 from tether.runner.rewards import RewardError
-from tether.store.models import Span
+from tether.store.records import Span
 
 
 def read_verdict(answer: Any) -> dict[str, float]:

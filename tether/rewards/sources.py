@@ -30,7 +30,7 @@ from tether.rewards.judge import Endpoint, Judge
 from tether.rewards.rank import GroupJudge, GroupScorer
 from tether.rewards.remote import RemoteReward
 from tether.runner.rewards import Evaluator, RewardError, Scored, call_evaluator, load_callable
-from tether.store.models import Span
+from tether.store.records import Span
 
 
 @dataclass(frozen=True)

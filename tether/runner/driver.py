@@ -17,7 +17,7 @@ from typing import Any
 from tether.contracts import CallAttr, Meta, is_call_span
 from tether.limits import ATTEMPT_SPANS_READ
 from tether.store.base import Store
-from tether.store.models import Rollout, RolloutRequest, RolloutStatus
+from tether.store.records import Rollout, RolloutRequest, RolloutStatus
 from tether.store.reward_rule import rollout_final_reward
 
 # How often a wait returns to report progress (and to check that the workers are alive) while rollouts

@@ -24,7 +24,7 @@ from tether.runner.agents import LLM, Agent, AgentResult
 from tether.runner.rewards import AIRRules, Evaluator, RewardError, air_rewards, attributed, evaluate
 from tether.store.auth import TokenAuthority
 from tether.store.base import InvalidTransition, NotFound, Store
-from tether.store.models import Claim, Reward, Rollout, RolloutStatus, Span
+from tether.store.records import Claim, Reward, Rollout, RolloutStatus, Span
 
 log = logging.getLogger(__name__)
 STOP_RECANCEL_S = 1.0

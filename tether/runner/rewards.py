@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from tether.contracts import TASK_REFERENCE, Origin, has_reference
-from tether.store.models import Reward, Span, Task
+from tether.store.records import Reward, Span, Task
 
 if TYPE_CHECKING:
     from typing_extensions import TypeIs  # in typing from Python 3.13

@@ -19,7 +19,7 @@ from tether.runner.driver import Driver, RolloutOutcome, RunnerStats
 from tether.runner.pool import AgentEndpoints, RunnerConfig, WorkerPool
 from tether.runner.rewards import Evaluator
 from tether.store.base import Store
-from tether.store.models import Rollout, RolloutRequest
+from tether.store.records import Rollout, RolloutRequest
 
 
 class Pool(Protocol):

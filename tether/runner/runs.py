@@ -21,7 +21,7 @@ import orjson
 
 from tether.contracts import RUN_RESOURCE_KIND
 from tether.store.base import InvalidTransition, NotFound, Store
-from tether.store.models import RolloutStatus, Task
+from tether.store.records import RolloutStatus, Task
 from tether.store.recovery import local_process_gone
 
 RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")

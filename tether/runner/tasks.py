@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 
 from tether.contracts import TASK_REFERENCE
-from tether.store.models import Task
+from tether.store.records import Task
 
 
 class TaskFileError(ValueError):

@@ -3,7 +3,7 @@
 from tether.store.backends import StoreOptions, StoreURLError, open_store
 from tether.store.base import InvalidTransition, NotFound, Store, StoreAuthError, StoreError
 from tether.store.client import StoreClient
-from tether.store.models import (
+from tether.store.records import (
     Attempt,
     Claim,
     Resource,

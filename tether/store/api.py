@@ -14,7 +14,7 @@ from urllib.parse import quote
 
 from pydantic import BaseModel, Field, TypeAdapter
 
-from tether.store.models import (
+from tether.store.records import (
     Attempt,
     Claim,
     Resource,

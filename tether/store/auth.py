@@ -29,7 +29,7 @@ from functools import cached_property
 from pathlib import Path
 
 from tether.store.base import NotFound, Store
-from tether.store.models import Rollout, RolloutStatus
+from tether.store.records import Rollout, RolloutStatus
 
 ROLLOUT_PREFIX = "tro-"
 ADMIN_PREFIX = "tadm-"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from typing import Any, Protocol
 
-from tether.store.models import (
+from tether.store.records import (
     Attempt,
     Claim,
     Resource,

@@ -15,7 +15,7 @@ from pydantic_core import to_jsonable_python
 
 from tether.store.api import BY_METHOD, Route
 from tether.store.base import InvalidTransition, InvalidValue, NotFound, Store, StoreAuthError, StoreError
-from tether.store.models import Reward, Rollout, RolloutRecord, Span
+from tether.store.records import Reward, Rollout, RolloutRecord, Span
 
 T = TypeVar("T")
 P = ParamSpec("P")

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from tether.contracts import Meta
 from tether.store.base import InvalidTransition
-from tether.store.models import FINISHED_STATUSES, Rollout, RolloutStatus
+from tether.store.records import FINISHED_STATUSES, Rollout, RolloutStatus
 
 MAX_WORKER_LOSSES = 3
 RETRYABLE = frozenset({RolloutStatus.failed, RolloutStatus.timed_out})

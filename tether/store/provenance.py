@@ -7,7 +7,7 @@ write evaluator, AIR and operator rewards, and only the gateway records model-ca
 from __future__ import annotations
 
 from tether.contracts import Origin
-from tether.store.models import Reward, Span, now
+from tether.store.records import Reward, Span, now
 
 DEFAULT_REWARD_NAME = "reward"
 

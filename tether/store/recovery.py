@@ -16,7 +16,7 @@ import socket
 import threading
 
 from tether.store.base import InvalidTransition, NotFound, Store, StoreError
-from tether.store.models import RolloutStatus
+from tether.store.records import RolloutStatus
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 from tether.contracts import Meta, Origin
 from tether.store.base import Store
-from tether.store.models import Reward, Rollout
+from tether.store.records import Reward, Rollout
 
 
 def _of_attempt(reward: Reward, attempt: int | None, agent_rewards: bool) -> bool:

@@ -11,7 +11,7 @@ import orjson
 
 from tether.contracts import CallAttr, Origin, is_call_span
 from tether.store.base import Store
-from tether.store.models import Rollout, RolloutPage, RolloutQuery, RolloutRow
+from tether.store.records import Rollout, RolloutPage, RolloutQuery, RolloutRow
 from tether.store.reward_rule import rollout_reward
 
 SCAN_BATCH = 1000

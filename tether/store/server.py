@@ -39,8 +39,8 @@ from tether.store.auth import (
     find_rollout,
 )
 from tether.store.base import InvalidTransition, InvalidValue, NotFound, Store, StoreAuthError, StoreError
-from tether.store.models import Resource, Rollout, Span
 from tether.store.provenance import agent_reward, agent_span
+from tether.store.records import Resource, Rollout, Span
 from tether.store.span_quota import SpanLedger, SpanQuotaError
 
 log = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ from tether.errors import APIError
 from tether.limits import SPAN_BYTES_OPTION, SPANS_OPTION, AgentQuota, size_text
 from tether.store.auth import Caller
 from tether.store.base import Store
-from tether.store.models import Span
+from tether.store.records import Span
 
 ATTEMPTS_KEPT = 65_536  # attempts whose counts stay in memory (one is seeded again from the store)
 

@@ -19,7 +19,7 @@ from typing import Any
 from tether.filemodes import PRIVATE_DIR, PRIVATE_FILE, make_private
 from tether.store import sqlite_query, sqlite_schema
 from tether.store.base import StoreError
-from tether.store.models import RolloutPage, RolloutQuery
+from tether.store.records import RolloutPage, RolloutQuery
 from tether.store.sql.changes import Changes
 from tether.store.sql.dialect import Syntax, Tx, insert_rollouts
 from tether.store.sql.rows import REWARD_COLUMNS, Params, Row, dumps, names

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from tether.contracts import LLM_SPAN_PREFIX, CallAttr, Meta, Origin
-from tether.store.models import RolloutPage, RolloutQuery, RolloutRow
+from tether.store.records import RolloutPage, RolloutQuery, RolloutRow
 from tether.store.sql import rows
 from tether.store.sql.rows import TABLES
 

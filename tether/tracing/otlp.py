@@ -54,7 +54,7 @@ from tether.store.auth import (
     request_token,
 )
 from tether.store.base import InvalidValue, Store, StoreError
-from tether.store.models import Rollout, Span, SpanEvent
+from tether.store.records import Rollout, Span, SpanEvent
 from tether.store.span_quota import SpanLedger, SpanQuotaError
 
 MAX_BODY_BYTES = 16 * 1024 * 1024

@@ -141,7 +141,7 @@ class StoreSink(BufferedSink):
     store: Store | None = None
 
     def send(self, spans: list[dict[str, Any]]) -> None:
-        from tether.store.models import Span
+        from tether.store.records import Span
 
         assert self.store is not None
         for span in spans:
@@ -149,7 +149,7 @@ class StoreSink(BufferedSink):
         self.store.add_spans([Span.model_validate(span) for span in spans])
 
     def reward(self, reward: dict[str, Any]) -> None:
-        from tether.store.models import Reward
+        from tether.store.records import Reward
 
         assert self.store is not None
         reward = reward | {"rollout_id": self.rollout_id, "attempt": self.attempt}

@@ -15,7 +15,7 @@ from tether.adapters.demonstrations import NoDemonstrations, build_demonstration
 from tether.curriculum.cursor import TaskCursor
 from tether.models.chat_template import ChatTemplate
 from tether.store import Store, Task
-from tether.store.models import Rollout
+from tether.store.records import Rollout
 from tether.trainer.config import TrainerConfig
 
 console = Console(stderr=True)

@@ -22,7 +22,7 @@ from tether.rewards.rank import GroupScorer
 from tether.runner.driver import RolloutOutcome
 from tether.runner.rewards import RewardError, attributed
 from tether.store import RolloutRequest, RolloutStatus, Store
-from tether.store.models import Reward, RolloutRecord, Span
+from tether.store.records import Reward, RolloutRecord, Span
 
 console = Console(stderr=True, highlight=False)
 

@@ -23,7 +23,7 @@ from typing import Any
 from tether.contracts import is_call_span
 from tether.runner.pool import worker_node
 from tether.runner.warm import forked_cpu_seconds
-from tether.store.models import RolloutRecord
+from tether.store.records import RolloutRecord
 
 
 def stage_stats_of(records: Iterable[RolloutRecord]) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from tether.runner.k8s.manifest import (
 from tether.runner.k8s.reconciler import Ending, JobEnd, JobRefused, Reconciler
 from tether.runner.pool import AgentEndpoints
 from tether.store.base import Store
-from tether.store.models import Rollout
+from tether.store.records import Rollout
 
 ERROR_LOG_LINES = 40
 ERROR_LOG_CHARS = 4000

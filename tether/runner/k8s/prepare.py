@@ -16,7 +16,7 @@ from tether.runner.k8s.manifest import AttemptRef, JobSettings, TemplateError, b
 from tether.runner.k8s.options import K8sOptions
 from tether.runner.k8s.pool import load_template
 from tether.runner.k8s.preflight import check_images, preflight
-from tether.store.models import Rollout, Task
+from tether.store.records import Rollout, Task
 
 PREVIEW_TOKEN = "preview-token"
 

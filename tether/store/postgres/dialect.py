@@ -23,10 +23,10 @@ from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from tether.store.base import InvalidValue, StoreError
-from tether.store.models import RolloutPage, RolloutQuery
 from tether.store.postgres.changes import Listener
 from tether.store.postgres.group_commit import GroupCommit
 from tether.store.postgres.schema import migrate
+from tether.store.records import RolloutPage, RolloutQuery
 from tether.store.sql.changes import Changes
 from tether.store.sql.dialect import Syntax, Tx
 from tether.store.sql.rows import REWARD_COLUMNS, ROLLOUT_COLUMNS, Params, Row, names

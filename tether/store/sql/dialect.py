@@ -13,7 +13,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from tether.store.models import RolloutPage, RolloutQuery
+from tether.store.records import RolloutPage, RolloutQuery
 from tether.store.sql.changes import Changes
 from tether.store.sql.rows import ROLLOUT_COLUMNS, Params, Row, names
 

@@ -9,7 +9,7 @@ from typing import Any, Protocol
 import orjson
 
 from tether.store.base import InvalidValue
-from tether.store.models import Attempt, Resource, Reward, Rollout, RolloutRequest, Span
+from tether.store.records import Attempt, Resource, Reward, Rollout, RolloutRequest, Span
 
 # In copy order (rollouts before what refers to them), each table's columns in the order rows are read in.
 TABLES: dict[str, tuple[str, ...]] = {

@@ -15,7 +15,7 @@ from typing import Any
 from tether.contracts import Meta
 from tether.store import lifecycle
 from tether.store.base import InvalidTransition, NotFound, StoreError
-from tether.store.models import (
+from tether.store.records import (
     Attempt,
     Claim,
     Resource,

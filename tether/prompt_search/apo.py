@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tether.algorithms.prompt_search import (
+from tether.prompt_search.search import (
     Candidate,
     SearchContext,
     SearchResult,

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.algorithms import scripted
 from tests.gateway.fake_upstream import Behaviour
+from tests.prompt_search import scripted
 from tests.rigs import GatewayRig, make_rig
-from tether.algorithms.prompt_search import SEARCH_MODE, Budget, CandidateRunner, OptimizerLLM, SearchContext
+from tether.prompt_search.search import SEARCH_MODE, Budget, CandidateRunner, OptimizerLLM, SearchContext
 from tether.runner import AgentEndpoints, CommandAgent, Runner, RunnerConfig, load_callable
 from tether.store import Rollout, Task
 

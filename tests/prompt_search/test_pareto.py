@@ -8,10 +8,17 @@ import re
 from collections import Counter
 from typing import Any
 
-from tests.algorithms import scripted
-from tests.algorithms.conftest import AGENT_SYSTEM, SearchRig, run_search, search_rollouts
-from tether.algorithms.pareto import ParetoConfig, pareto_pool, pick_pair, pick_parent, run_pareto, task_wins
-from tether.algorithms.prompt_search import Candidate
+from tests.prompt_search import scripted
+from tests.prompt_search.conftest import AGENT_SYSTEM, SearchRig, run_search, search_rollouts
+from tether.prompt_search.pareto import (
+    ParetoConfig,
+    pareto_pool,
+    pick_pair,
+    pick_parent,
+    run_pareto,
+    task_wins,
+)
+from tether.prompt_search.search import Candidate
 
 PROMPTS = {
     "math": "You know math. Answer with one word.",

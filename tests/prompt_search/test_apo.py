@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import asyncio
 
-from tests.algorithms import scripted
-from tests.algorithms.conftest import AGENT_SYSTEM, SearchRig, run_search, search_rollouts
-from tether.algorithms.apo import APOConfig, run_apo, select_beam
-from tether.algorithms.prompt_search import Candidate, extract_prompt, lost_placeholders
+from tests.prompt_search import scripted
+from tests.prompt_search.conftest import AGENT_SYSTEM, SearchRig, run_search, search_rollouts
+from tether.prompt_search.apo import APOConfig, run_apo, select_beam
+from tether.prompt_search.search import Candidate, extract_prompt, lost_placeholders
 
 MATH = "You are a math tutor. Answer with one word."
 BOTH = "You know math and geography. Answer with one word."

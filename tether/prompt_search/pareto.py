@@ -20,7 +20,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tether.algorithms.prompt_search import (
+from tether.prompt_search.search import (
     Candidate,
     SearchContext,
     SearchResult,

@@ -29,7 +29,7 @@ from tether.gateway.prompts import SYSTEM_ROLES, PromptOverride, marked_span, sy
 from tether.prompts import PROMPT_CANDIDATE, PROMPT_KIND
 from tether.runner import Runner
 from tether.store.base import Store
-from tether.store.models import RolloutRequest, RolloutStatus, Span, Task
+from tether.store.records import RolloutRequest, RolloutStatus, Span, Task
 
 SEARCH_MODE = "prompt-search"  # the mode of the agent rollouts a search runs
 OPTIMIZER_AGENT = "optimizer"  # the X-Tether-Agent label of the optimizer's own calls
