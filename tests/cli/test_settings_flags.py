@@ -135,6 +135,20 @@ def test_a_bad_config_file_is_one_line_naming_the_key_file_and_line(
     assert str(refused.value).startswith("tether train: ") and "\n" not in str(refused.value)
 
 
+def test_an_environment_default_sits_below_the_file_and_the_flags(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TETHER_ENGINE", "vllm")
+    assert 'engine = "vllm"' in printed(capsys, *TRAIN)
+    assert 'engine = "builtin"' in printed(capsys, *TRAIN, "--engine", "builtin")
+    file = tmp_path / "run.toml"
+    file.write_text('[server]\nengine = "builtin"\n')
+    assert 'engine = "builtin"' in printed(capsys, *TRAIN, "--config", str(file))
+    monkeypatch.setenv("TETHER_ENGINE", "vlm")
+    with pytest.raises(SystemExit, match=r"^tether: \$TETHER_ENGINE='vlm' is not one of builtin, vllm$"):
+        main(TRAIN)
+
+
 def test_a_missing_config_file_and_a_command_without_one(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match=r"nothing.toml: cannot read the config file"):
         main([*TRAIN, "--config", str(tmp_path / "nothing.toml")])

@@ -28,12 +28,33 @@ from tether.store import Store, StoreError, StoreOptions, StoreURLError, Task, o
 
 
 def engine_kind(args: argparse.Namespace) -> str:
-    """The policy-server kind the command line asks for: builtin, vllm or openai (`--upstream`)."""
-    if bool(getattr(args, "policy_server", None)) or getattr(args, "engine", "builtin") == "vllm":
-        if getattr(args, "upstream", None):
-            raise SystemExit("tether: --upstream and --engine vllm/--policy-server exclude each other")
-        return "vllm"
-    return "openai" if getattr(args, "upstream", None) else "builtin"
+    """The policy-server kind the command line names: `--policy-server KIND` (a kind registered in
+    tether/policy_server), else vllm for `--policy-server URL,...` or `--engine vllm`, openai for
+    `--upstream URL`, builtin otherwise."""
+    from tether.policy_server import SERVERS
+
+    named = getattr(args, "policy_server", None)
+    upstream = getattr(args, "upstream", None)
+    if named in SERVERS.kinds():
+        kind = named
+    elif named or getattr(args, "engine", "builtin") == "vllm":
+        kind = "vllm"  # URLs of running vLLM servers, or the older `--engine vllm`
+    else:
+        kind = "openai" if upstream else "builtin"
+    if kind == "openai" and not upstream:
+        raise SystemExit("tether: --policy-server openai forwards to --upstream URL: give it")
+    if upstream and kind != "openai":
+        raise SystemExit(
+            f"tether: --upstream is the openai policy server's: drop it, or --policy-server {kind}"
+        )
+    return kind
+
+
+def _vllm_urls(args: argparse.Namespace) -> tuple[str, ...]:
+    from tether.policy_server import SERVERS
+
+    named = args.policy_server or ""
+    return () if named in SERVERS.kinds() else tuple(u.strip() for u in named.split(",") if u.strip())
 
 
 def policy_server_options(args: argparse.Namespace, name: str, log_dir: Path | None) -> PolicyServerOptions:
@@ -55,7 +76,7 @@ def policy_server_options(args: argparse.Namespace, name: str, log_dir: Path | N
             adapter=None if adapter is None else Path(adapter),
         ),
         vllm=VLLMOptions(
-            urls=tuple(u.strip() for u in (args.policy_server or "").split(",") if u.strip()),
+            urls=_vllm_urls(args),
             replicas=args.vllm_replicas,
             python=args.vllm_python,
             args=tuple(shlex.split(args.vllm_args)),

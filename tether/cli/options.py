@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -53,6 +54,8 @@ def _description(section_type: type) -> str | None:
 
 def _add_flag(group: argparse._ArgumentGroup, setting: Setting, default: Any) -> None:
     flag = setting.flag
+    if flag.env and os.environ.get(flag.env):  # the environment's default, checked as a flag's value
+        default = _from_environment(setting, os.environ[flag.env])
     action = setting.flag_action
     options: dict[str, Any] = {"dest": setting.dest, "help": flag.help.replace("%", "%%")}
     if action in ("store_true", "store_false"):
@@ -69,6 +72,18 @@ def _add_flag(group: argparse._ArgumentGroup, setting: Setting, default: Any) ->
     if action == "optional":
         options.update(nargs="?", const=flag.const)
     group.add_argument(*setting.spellings, default=default, required=flag.required, **options)
+
+
+def _from_environment(setting: Setting, text: str) -> Any:
+    parse = _parser_of(setting)
+    try:
+        value = parse(text) if parse is not None else text
+    except (ValueError, argparse.ArgumentTypeError) as exc:
+        raise SystemExit(f"tether: ${setting.flag.env}={text!r}: {exc}") from None
+    accepted = setting.flag.accepted()
+    if accepted is not None and value not in accepted:
+        raise SystemExit(f"tether: ${setting.flag.env}={text!r} is not one of {', '.join(accepted)}")
+    return value
 
 
 def _parser_of(setting: Setting) -> Callable[[str], Any] | None:

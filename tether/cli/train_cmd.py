@@ -220,7 +220,6 @@ def fit(args: argparse.Namespace) -> FitResult:
                     "tether train: several policies (--policy) are trained by the local learner for now: "
                     "drop --learner-ranks, or train one policy"
                 )
-            config.learner = "ray"
         if config.from_run is not None:
             _check_demonstrations(store, config, train_tasks, val_tasks)
 

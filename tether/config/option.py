@@ -35,6 +35,7 @@ class Flag:
     const: Any = None  # action "optional": the value of the flag given alone
     parse: Callable[[str], Any] | None = None  # the command line's parser of a value (default: the type)
     required: bool = False  # on the command line or in the config file
+    env: str | None = None  # an environment variable whose value, where set, is the default
 
     def accepted(self) -> list[str] | None:
         if self.choices is None:
@@ -54,10 +55,11 @@ def option(
     const: Any = None,
     parse: Callable[[str], Any] | None = None,
     required: bool = False,
+    env: str | None = None,
 ) -> Any:
     """A settings field with its default and its command-line flag (lists default to empty: one per
     instance)."""
-    flag = Flag(help, tuple(flags), dest, metavar, choices, action, const, parse, required)
+    flag = Flag(help, tuple(flags), dest, metavar, choices, action, const, parse, required, env)
     if isinstance(default, list):
         items = list(default)
         return dataclasses.field(default_factory=lambda: list(items), metadata={"flag": flag})

@@ -12,6 +12,8 @@ from tether.contracts import (
     DEFAULT_MAX_TOKENS_CAP,
     DEFAULT_N_CAP,
 )
+from tether.policy_server.builtin.options import DEFAULT_MAX_BATCH_SIZE
+from tether.policy_server.vllm.options import ENGINE_ENV
 
 
 @dataclass
@@ -24,15 +26,20 @@ class ServerSettings:
     )
     engine: str = option(
         "builtin",
-        "builtin: Tether's engine in this process; vllm: a vLLM server that Tether starts from "
-        "its own environment (default: $TETHER_ENGINE, else builtin)",
+        "the older spelling of --policy-server builtin|vllm: Tether's engine in this process, or a "
+        "vLLM server that Tether starts from its own environment (default: $TETHER_ENGINE, else "
+        "builtin)",
         choices=["builtin", "vllm"],
+        env=ENGINE_ENV,
     )
     policy_server: str | None = option(
         None,
-        "serve the policy with these running vLLM servers (replicas), instead of starting one; "
-        "each needs --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True (checked at start)",
-        metavar="URL[,URL...]",
+        "the policy server, a kind registered in tether/policy_server: builtin (the engine in this "
+        "process), vllm (vLLM servers Tether starts, --vllm-*), openai (any OpenAI-compatible server "
+        "at --upstream, never trained); or the URLs of running vLLM servers (replicas) to use instead "
+        "of starting one, each with --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True (checked "
+        "at start). Default: --engine's, or openai with --upstream",
+        metavar="KIND|URL[,URL...]",
     )
     vllm_python: str | None = option(
         None,
@@ -57,7 +64,7 @@ class ServerSettings:
         metavar="ARGS",
     )
     max_batch_size: int = option(
-        32,
+        DEFAULT_MAX_BATCH_SIZE,
         "built-in engine: requests per batch (a rollout with nothing running may still join a "
         "full batch, so that no rollout waits behind another's long generations)",
     )
