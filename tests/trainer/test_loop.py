@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from tether.learner.policy import PolicyTrainer, TrainConfig
 from tether.runner import CallableAgent
 from tether.store import SQLiteStore, Task
 from tether.store.auth import TokenAuthority
+from tether.store.records import RolloutRecord
 from tether.trainer.loop import Trainer, TrainerConfig
 
 
@@ -260,3 +262,27 @@ def test_multi_agent_run_trains_only_the_selected_agents(tmp_path: Path) -> None
 def test_an_agent_cannot_be_both_trained_and_fixed() -> None:
     with pytest.raises(ValueError, match="both trained and fixed: checker"):
         TrainerConfig(model="tiny-random", agents=["checker"], fixed_agents={"checker": None})
+
+
+class ReadCountingStore(SQLiteStore):
+    """The real store, remembering the ids each `read_rollouts` asked for."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.reads: list[list[str]] = []
+
+    def read_rollouts(self, rollout_ids: Sequence[str]) -> list[RolloutRecord]:
+        self.reads.append(list(rollout_ids))
+        return super().read_rollouts(rollout_ids)
+
+
+def test_each_finished_rollout_is_read_once_and_a_step_counts_its_reads(tmp_path: Path) -> None:
+    config = make_trainer(tmp_path, val_every=0).config
+    store = ReadCountingStore(tmp_path / "counted.db")
+    trainer = Trainer(config, tmp_path / "run", store, TokenAuthority.generate())
+    result = trainer.fit(CallableAgent(chatty_agent), TASKS, [], even_length)
+    train = [r for r in result.history if r["kind"] == "train"]
+    read = [rollout_id for ids in store.reads for rollout_id in ids]
+    assert sorted(read) == sorted(r.id for r in store.list_rollouts(limit=1000))  # each once, none twice
+    assert sum(r["store_reads"] for r in train) == len(store.reads)
+    assert all(1 <= r["store_reads"] <= r["rollouts"] for r in train)

@@ -6,7 +6,16 @@ import argparse
 import sys
 
 from tether import __version__
-from tether.cli import optimize_cmd, plot_cmd, rollout_cmd, serve, store_cmd, train_cmd, transitions_cmd
+from tether.cli import (
+    export_cmd,
+    optimize_cmd,
+    plot_cmd,
+    rollout_cmd,
+    serve,
+    store_cmd,
+    train_cmd,
+    transitions_cmd,
+)
 from tether.cli.options import config_file_in, load_config_file, print_config, resolve_lists
 from tether.cli.quiet import configure_output
 from tether.cli.secrets import refuse_secrets
@@ -23,7 +32,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"tether {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for command in (serve, rollout_cmd, train_cmd, plot_cmd, store_cmd, transitions_cmd, optimize_cmd):
+    for command in (
+        serve,
+        rollout_cmd,
+        train_cmd,
+        export_cmd,
+        plot_cmd,
+        store_cmd,
+        transitions_cmd,
+        optimize_cmd,
+    ):
         command.add_parser(commands)
     for sub in (parser, *commands.choices.values()):
         sub.add_argument(

@@ -23,7 +23,7 @@ from tether.config.run import (
     TaskSettings,
     TrainRunSettings,
 )
-from tether.config.search import ExportFileSettings, SearchSettings
+from tether.config.search import ExportFileSettings, PolicyExportSettings, SearchSettings
 from tether.config.serving import GatewaySettings, LimitSettings, ServerSettings, UpstreamSettings
 from tether.config.training import (
     CurriculumSettings,
@@ -113,3 +113,10 @@ class TransitionsExportSettings:
 
     export: ExportFileSettings = field(default_factory=ExportFileSettings)
     store: StoreSettings = field(default_factory=StoreSettings)
+
+
+@dataclass
+class ExportSettings:
+    """`tether export`: a run's policy version as a PEFT adapter or a merged model folder."""
+
+    export: PolicyExportSettings = field(default_factory=PolicyExportSettings)

@@ -164,3 +164,31 @@ class ExportFileSettings:
         "which choice of an n>1 call to export (default: 0)",
         metavar="N",
     )
+
+
+@dataclass
+class PolicyExportSettings:
+    """Which policy version `tether export` writes, and how."""
+
+    run: str | None = option(None, "the run whose policy is exported", metavar="NAME", required=True)
+    out: str | None = option(None, "the folder to write (new, or empty)", metavar="DIR", required=True)
+    version: int | None = option(
+        None,
+        "the policy version (the run folder's policies/vN; default: the newest kept, else the checkpoint's)",
+        metavar="N",
+    )
+    policy: str | None = option(
+        None, "with several trained policies (--policy NAME=...), the one to export", metavar="NAME"
+    )
+    merged: bool = option(
+        False,
+        "merge the LoRA adapter into the base model's weights (a whole model: `vllm serve DIR`, "
+        "AutoModelForCausalLM); default: the adapter, its base model and tokenizer named (vLLM "
+        "--lora-modules, PeftModel.from_pretrained)",
+    )
+    model: str | None = option(
+        None,
+        "the base model: smollm2-135m, tiny-random or a local HF folder (default: the run's, from its "
+        "config.toml)",
+    )
+    project_dir: str | None = option(None, "project directory holding .tether/ (default: cwd)")

@@ -17,7 +17,7 @@ from typing import Any
 from tether.contracts import CallAttr, Meta, is_call_span
 from tether.limits import ATTEMPT_SPANS_READ
 from tether.store.base import Store
-from tether.store.records import Rollout, RolloutRequest, RolloutStatus
+from tether.store.records import Reward, Rollout, RolloutRecord, RolloutRequest, RolloutStatus, Span
 from tether.store.reward_rule import rollout_final_reward
 
 # How often a wait returns to report progress (and to check that the workers are alive) while rollouts
@@ -36,6 +36,9 @@ class RolloutOutcome:
     error: str | None = None
     task_id: str = ""
     sample: int = 0
+    # Everything recorded for the rollout, read once when it finished: what consumes the outcome (the
+    # trainer's transitions) reads it from here, not from the store again. None where not read whole.
+    record: RolloutRecord | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass
@@ -43,6 +46,7 @@ class RunnerStats:
     running: int = 0
     succeeded: int = 0
     failed: int = 0
+    store_reads: int = 0  # reads of finished rollouts' records: one per batch that finished together
     rewards: list[float] = field(default_factory=list)
 
     @property
@@ -53,9 +57,26 @@ class RunnerStats:
 def read_outcome(store: Store, rollout: Rollout) -> RolloutOutcome:
     """A finished rollout's outcome, as the store has it."""
     attempt = rollout.attempt_count
-    reward = rollout_final_reward(rollout, store.query_rewards(rollout.id), attempt or None)
     read = ATTEMPT_SPANS_READ
     spans = store.query_spans(rollout_id=rollout.id, attempt=attempt, limit=read) if attempt else []
+    return _outcome(rollout, store.query_rewards(rollout.id), spans)
+
+
+def outcomes_of(records: Sequence[RolloutRecord]) -> list[RolloutOutcome]:
+    """Finished rollouts' outcomes from their records (one `Store.read_rollouts`), each keeping its record."""
+    found = []
+    for record in records:
+        attempt = record.rollout.attempt_count
+        spans = [span for span in record.spans if span.attempt == attempt] if attempt else []
+        outcome = _outcome(record.rollout, record.rewards, spans)
+        outcome.record = record
+        found.append(outcome)
+    return found
+
+
+def _outcome(rollout: Rollout, rewards: Sequence[Reward], spans: Sequence[Span]) -> RolloutOutcome:
+    attempt = rollout.attempt_count
+    reward = rollout_final_reward(rollout, list(rewards), attempt or None)
     calls = [s for s in spans if is_call_span(s.name)]
     tokens = sum(int((s.attributes.get(CallAttr.USAGE) or {}).get("completion_tokens") or 0) for s in calls)
     return RolloutOutcome(
@@ -106,9 +127,12 @@ class Driver:
         while len(outcomes) < len(set(ids)):
             pending = [i for i in dict.fromkeys(ids) if i not in outcomes]
             finished = await asyncio.to_thread(self.store.wait_for, pending, PROGRESS_S)
-            for rollout in finished:
-                outcomes[rollout.id] = await asyncio.to_thread(read_outcome, self.store, rollout)
-                self._count(outcomes[rollout.id])
+            if finished:  # one read of everything recorded for the rollouts that finished since the last
+                records = await asyncio.to_thread(self.store.read_rollouts, [r.id for r in finished])
+                self.stats.store_reads += 1
+                for outcome in outcomes_of(records):
+                    outcomes[outcome.rollout_id] = outcome
+                    self._count(outcome)
             if finished and self.on_change is not None:
                 self.on_change()
             reason = failure() if failure is not None and len(outcomes) < len(set(ids)) else None

@@ -1,10 +1,8 @@
 """The training loop, top to bottom: run the agent, read its traces, credit the calls, update, serve.
 
     sync:  [rollouts of step k with policy v_k] -> transitions -> advantages -> update -> v_{k+1}
-    async: groups keep running while the trainer updates; before each update the gateway stops admitting
-           new model calls, in-flight calls drain, the adapter is swapped, and admission resumes. Tokens
-           generated more than `max_staleness` versions back are left out of the loss
-           (`tether.trainer.staleness`).
+    async: groups keep running while the trainer updates; the gateway pauses new calls, drains, swaps the
+           adapter and resumes; tokens over `max_staleness` versions old are masked (`staleness.py`).
 
 The loop knows two seams, both injected or opened by name from their registries: the policy server
 (`tether.policy_server`: the version it serves, the gateway upstream, loading new weights) and the
@@ -288,15 +286,18 @@ class _Session:
 
     async def _collect(self, requests: Sequence[RolloutRequest]) -> tuple[list[Transition], dict[str, Any]]:
         started, cpu_before, engine_before = time.monotonic(), agent_cpu_seconds(), engine_counts(self.server)
+        reads_before = self.runner.stats.store_reads
         outcomes = await self.runner.run(requests)
         engine = engine_stats(engine_before, engine_counts(self.server))
         agent_cpu = agent_cpu_seconds() - cpu_before
         self._refuse_unrouted()
-        ranked = None
-        if self.group_scorer is not None:
-            ranked = await rank_groups(self.trainer.store, self.group_scorer, requests, outcomes)
-        # Read after the ranking, which records rewards: this one read serves everything below.
-        records = await asyncio.to_thread(self.trainer.store.read_rollouts, [o.rollout_id for o in outcomes])
+        scorer, store = self.group_scorer, self.trainer.store
+        ranked = None if scorer is None else await rank_groups(store, scorer, requests, outcomes)
+        # The driver read each rollout as it finished; a ranking records rewards after that: read again.
+        records = [o.record for o in outcomes if o.record is not None]
+        if ranked is not None or len(records) < len(outcomes):
+            records = await asyncio.to_thread(store.read_rollouts, [o.rollout_id for o in outcomes])
+            self.runner.stats.store_reads += 1
         report = await asyncio.to_thread(
             transitions_of,
             records,
@@ -312,6 +313,7 @@ class _Session:
         stats = rollout_stats(requests, outcomes, report, rewards, seconds)
         stats.update(engine, **await asyncio.to_thread(stage_stats_of, records))
         stats["idle_seconds"] = max(seconds - stats["generation_seconds"], 0.0)
+        stats["store_reads"] = self.runner.stats.store_reads - reads_before
         if ranked is not None:
             stats["rank_failed_groups"] = ranked.failed_groups
             stats["rank_left_out_rollouts"] = len(ranked.left_out)

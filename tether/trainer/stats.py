@@ -15,7 +15,15 @@ from tether.runner.driver import RolloutOutcome
 from tether.store import RolloutRequest, Task
 
 SECONDS_KEYS = ("rollout_seconds", "generation_seconds", "idle_seconds", "agent_cpu_seconds")
-SUMMED_KEYS = ("rollouts", "groups", "failed_rollouts", "calls", "merged_calls", "merge_breaks")
+SUMMED_KEYS = (
+    "rollouts",
+    "groups",
+    "failed_rollouts",
+    "calls",
+    "merged_calls",
+    "merge_breaks",
+    "store_reads",
+)
 
 
 def rollout_stats(
