@@ -15,7 +15,7 @@ import pytest
 
 from tests.helpers import serve_app
 from tether.adapters import build_transitions
-from tether.adapters.demonstrations import NoDemonstrations, build_demonstrations, demonstration_rollouts
+from tether.adapters.demonstrations import NoDemonstrations
 from tether.algorithms import DemonstrationInRLBatch, Sample, assign_advantages, imitation_batch
 from tether.contracts import Meta
 from tether.models.catalog import TINY_RANDOM, resolve_model
@@ -24,6 +24,7 @@ from tether.models.tools import parse_tool_calls
 from tether.project import Project
 from tether.store import RolloutStatus, SQLiteStore
 from tether.teacher import NoReference, Reply, ToolCall, first_user_text, teacher_app, tool_results
+from tether.trainer.imitation import build_demonstrations, demonstration_rollouts
 
 ROOT = Path(__file__).resolve().parents[2]
 # A plain openai-client agent with one tool, `add`, that it runs itself.

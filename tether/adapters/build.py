@@ -35,7 +35,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from tether.adapters.transitions import Transition
 from tether.contracts import (
@@ -48,7 +48,6 @@ from tether.contracts import (
     is_call_span,
 )
 from tether.sampling import Sampler
-from tether.store.base import Store
 from tether.store.records import Reward, Rollout, RolloutRecord, Span
 from tether.store.reward_rule import agent_rewards_count, final_reward
 
@@ -178,8 +177,14 @@ class _Chain:
         )
 
 
+class RecordReader(Protocol):
+    """Where records come from (a `Store` has it): the adapters read nothing else."""
+
+    def read_rollouts(self, rollout_ids: Sequence[str]) -> list[RolloutRecord]: ...
+
+
 def build_transitions(
-    store: Store,
+    store: RecordReader,
     rollouts: Iterable[Rollout | str],
     *,
     merge: bool = False,

@@ -7,11 +7,11 @@ would render it, and the answer (content and tool calls) as the tokens the polic
 to give it. The transitions are marked `demonstration`, carry no logprobs (0.0) and no policy version,
 and are trained on by imitation only (`tether.algorithms.imitation_batch`); an RL batch refuses them.
 
-Which rollouts (`demonstration_rollouts`): those of the run that succeeded, whose final reward is at
-least `min_reward`, and whose last attempt has no failed model call. A call the teacher refused (a task
-it has no reference for) is a failed call, so that rollout is not a demonstration. Merging follows
-`tether.adapters.build`: consecutive calls of one agent merge while each prompt extends the sequence so
-far, the tokens in between (tool results, the next turn) masked out.
+Which rollouts (`demonstrations_of`, given the records of a run's succeeded rollouts): those whose final
+reward is at least `min_reward`, and whose last attempt has no failed model call. A call the teacher
+refused (a task it has no reference for) is a failed call, so that rollout is not a demonstration.
+Merging follows `tether.adapters.build`: consecutive calls of one agent merge while each prompt extends
+the sequence so far, the tokens in between (tool results, the next turn) masked out.
 """
 
 from __future__ import annotations
@@ -21,13 +21,12 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tether.adapters.build import ALL_ROWS, _AgentFilter, _Call, _Chain, _label_agents, _last_attempt
+from tether.adapters.build import _AgentFilter, _Call, _Chain, _label_agents, _last_attempt
 from tether.adapters.transitions import Transition
 from tether.contracts import CallAttr, Origin, SpanStatus, is_call_span
 from tether.models.chat_template import ChatTemplate, TemplateError
 from tether.sampling import RAW
-from tether.store.base import Store
-from tether.store.records import Rollout, RolloutStatus, Span
+from tether.store.records import RolloutRecord, Span
 from tether.store.reward_rule import rollout_final_reward
 
 
@@ -56,76 +55,72 @@ class DemonstrationReport:
         return text
 
 
-def demonstration_rollouts(
-    store: Store,
+def demonstrations_of(
     run: str,
+    records: Sequence[RolloutRecord],
     *,
     min_reward: float = 1.0,
     task_ids: Collection[str] | None = None,
     held_out: Collection[str] = (),
-) -> list[Rollout]:
-    """The run's rollouts fit to imitate (see the module docstring), oldest first, of `task_ids` only
-    when given. Raises NoDemonstrations, naming why, when there is none, or when the run holds a
-    rollout of a `held_out` task (validation tasks must never be demonstrated)."""
-    succeeded = store.list_rollouts(run=run, status=RolloutStatus.succeeded, limit=ALL_ROWS)
-    if not succeeded and not store.list_rollouts(run=run, limit=1):
-        known = ", ".join(store.list_runs()[-5:]) or "none"
-        raise NoDemonstrations(f"run {run!r} has no rollouts (recent runs: {known})")
-    leaked = sorted({r.task_id for r in succeeded} & set(held_out))
+) -> list[RolloutRecord]:
+    """Of a run's succeeded rollouts (`records`), those fit to imitate (see the module docstring), oldest
+    first, of `task_ids` only when given. Raises NoDemonstrations, naming why, when there is none, or
+    when the run holds a rollout of a `held_out` task (validation tasks must never be demonstrated)."""
+    leaked = sorted({r.rollout.task_id for r in records} & set(held_out))
     if leaked:
         raise NoDemonstrations(
             f"run {run!r} holds rollouts of {len(leaked)} held-out task(s) ({leaked[0]} first): "
             "demonstrations must come from training tasks only"
         )
-    wanted = [r for r in succeeded if task_ids is None or r.task_id in task_ids]
-    good = [r for r in wanted if _rewarded(store, r, min_reward) and not _has_failed_call(store, r)]
+    wanted = [r for r in records if task_ids is None or r.rollout.task_id in task_ids]
+    good = [r for r in wanted if _rewarded(r, min_reward) and not _has_failed_call(r)]
     if not good:
         raise NoDemonstrations(
-            f"run {run!r} has no successful rollouts to learn from: {len(succeeded)} succeeded, "
+            f"run {run!r} has no successful rollouts to learn from: {len(records)} succeeded, "
             f"{len(wanted)} of them on these tasks, none with reward >= {min_reward:g} and every call "
             "answered; record some first (tether rollout --upstream URL ... --run NAME)"
         )
-    return sorted(good, key=lambda r: (r.created_at, r.id))
+    return sorted(good, key=lambda r: (r.rollout.created_at, r.rollout.id))
 
 
-def _rewarded(store: Store, rollout: Rollout, min_reward: float) -> bool:
-    reward = rollout_final_reward(rollout, store.query_rewards(rollout.id), rollout.attempt_count or None)
+def _rewarded(record: RolloutRecord, min_reward: float) -> bool:
+    rollout = record.rollout
+    reward = rollout_final_reward(rollout, record.rewards, rollout.attempt_count or None)
     return reward is not None and reward >= min_reward
 
 
-def _has_failed_call(store: Store, rollout: Rollout) -> bool:
-    last = rollout.attempt_count or None
+def _has_failed_call(record: RolloutRecord) -> bool:
+    last = record.rollout.attempt_count or None
     return any(
         span.status == SpanStatus.ERROR or CallAttr.ERROR in span.attributes
-        for span in _calls(store, rollout)
+        for span in _calls(record)
         if span.attempt is None or span.attempt == last
     )
 
 
-def _calls(store: Store, rollout: Rollout) -> list[Span]:
-    spans = store.query_spans(rollout_id=rollout.id, limit=ALL_ROWS)
-    calls = [s for s in spans if is_call_span(s.name) and s.origin == Origin.GATEWAY]
-    return _label_agents(spans, calls)
+def _calls(record: RolloutRecord) -> list[Span]:
+    calls = [s for s in record.spans if is_call_span(s.name) and s.origin == Origin.GATEWAY]
+    return _label_agents(record.spans, calls)
 
 
 def build_demonstrations(
-    store: Store,
-    rollouts: Sequence[Rollout],
+    records: Sequence[RolloutRecord],
     template: ChatTemplate,
     *,
     merge: bool = True,
     agents: Collection[str] | None = None,
     exclude_agents: Collection[str] = (),
 ) -> DemonstrationReport:
-    """Demonstration transitions from the last attempt's chat calls of `rollouts`."""
+    """Demonstration transitions from the last attempt's chat calls of the rollouts' records."""
     selected = _AgentFilter(agents, exclude_agents)
     report = DemonstrationReport()
-    for rollout in rollouts:
+    for record in records:
+        rollout = record.rollout
         report.rollouts += 1
         last = _last_attempt(rollout, [])
-        reward = rollout_final_reward(rollout, store.query_rewards(rollout.id), last)
+        reward = rollout_final_reward(rollout, record.rewards, last)
         chains: list[_Chain] = []
-        for index, span in enumerate(s for s in _calls(store, rollout) if s.attempt in (None, last)):
+        for index, span in enumerate(s for s in _calls(record) if s.attempt in (None, last)):
             report.calls += 1
             call = _rendered_call(span, index, last, selected, template)
             if isinstance(call, str):

@@ -4,21 +4,49 @@ policy's chat template), grouped by rollout, and the batches an SFT update takes
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
 from tether.adapters import Transition
-from tether.adapters.demonstrations import NoDemonstrations, build_demonstrations, demonstration_rollouts
+from tether.adapters.build import ALL_ROWS
+from tether.adapters.demonstrations import DemonstrationReport, NoDemonstrations, demonstrations_of
+from tether.adapters.demonstrations import build_demonstrations as demonstrations_from
 from tether.curriculum.cursor import TaskCursor
 from tether.models.chat_template import ChatTemplate
 from tether.store import Store, Task
-from tether.store.records import Rollout
+from tether.store.records import Rollout, RolloutStatus
 from tether.trainer.config import TrainerConfig
 
 console = Console(stderr=True)
+
+
+def demonstration_rollouts(
+    store: Store,
+    run: str,
+    *,
+    min_reward: float = 1.0,
+    task_ids: Collection[str] | None = None,
+    held_out: Collection[str] = (),
+) -> list[Rollout]:
+    """The rollouts of `run` fit to imitate (`tether.adapters.demonstrations.demonstrations_of`), read in
+    one `read_rollouts`; NoDemonstrations names why there is none."""
+    succeeded = store.list_rollouts(run=run, status=RolloutStatus.succeeded, limit=ALL_ROWS)
+    if not succeeded and not store.list_rollouts(run=run, limit=1):
+        known = ", ".join(store.list_runs()[-5:]) or "none"
+        raise NoDemonstrations(f"run {run!r} has no rollouts (recent runs: {known})")
+    records = store.read_rollouts([rollout.id for rollout in succeeded])
+    chosen = demonstrations_of(run, records, min_reward=min_reward, task_ids=task_ids, held_out=held_out)
+    return [record.rollout for record in chosen]
+
+
+def build_demonstrations(
+    store: Store, rollouts: Sequence[Rollout], template: ChatTemplate, **options: Any
+) -> DemonstrationReport:
+    """`tether.adapters.demonstrations.build_demonstrations` of the rollouts, read in one `read_rollouts`."""
+    return demonstrations_from(store.read_rollouts([rollout.id for rollout in rollouts]), template, **options)
 
 
 def demonstrated_rollouts(
