@@ -146,6 +146,33 @@ SECRET_ENV: Final = (
     *POSTGRES_PASSWORD_ENV,
     "WANDB_API_KEY",
 )
+# Credentials and endpoints of model providers an agent's SDK reads by itself: with them it would call the
+# provider directly, past the gateway, unrecorded. An agent never inherits one; the ones whose SDK can be
+# pointed at the gateway are set to it instead (`tether.runner.pool.AgentEndpoints.env`).
+PROVIDER_ENV: Final = (
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_AUTH_TOKEN",
+    "ANTHROPIC_BASE_URL",
+    "AZURE_OPENAI_API_KEY",
+    "AZURE_OPENAI_ENDPOINT",
+    "OPENAI_ORG_ID",
+    "OPENAI_PROJECT_ID",
+    "GEMINI_API_KEY",
+    "GOOGLE_API_KEY",
+    "MISTRAL_API_KEY",
+    "GROQ_API_KEY",
+    "TOGETHER_API_KEY",
+    "FIREWORKS_API_KEY",
+    "DEEPSEEK_API_KEY",
+    "XAI_API_KEY",
+    "OPENROUTER_API_KEY",
+    "COHERE_API_KEY",
+    "HF_TOKEN",
+    "HUGGING_FACE_HUB_TOKEN",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+)
 
 # -- what one request may ask of the gateway, and how long a worker may go silent ---------------------
 DEFAULT_MAX_TOKENS_CAP: Final = 4096  # tokens one call may ask for (max_tokens and its spellings)

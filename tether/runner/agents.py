@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from tether.contracts import SECRET_ENV, TASK_REFERENCE
+from tether.contracts import PROVIDER_ENV, SECRET_ENV, TASK_REFERENCE
 from tether.runner.sandbox import BwrapSandbox, Command, Confined, NoSandbox, Sandbox, SandboxError
 from tether.runner.warm import ChildPipes, Started, WarmStarts, ZygoteDied
 
@@ -308,10 +308,11 @@ def _outcome(
     return AgentResult(last_line(stdout), code, timed_out, error, stdout, stderr)
 
 
-# Tether's own settings, which name the project (and so its secret) or carry the admin token.
-# And every variable that carries one of the operator's secrets (the upstream's key, the store's password).
+# Tether's own settings, which name the project (and so its secret) or carry the admin token; every
+# variable that carries one of the operator's secrets (the upstream's key, the store's password); and
+# model providers' keys and endpoints, which would take the agent's calls past the gateway.
 PRIVATE_VARIABLES = frozenset(
-    {"TETHER_TOKEN", "TETHER_STORE", "TETHER_PROJECT_DIR", "TETHER_ADMIN_TOKEN", *SECRET_ENV}
+    {"TETHER_TOKEN", "TETHER_STORE", "TETHER_PROJECT_DIR", "TETHER_ADMIN_TOKEN", *SECRET_ENV, *PROVIDER_ENV}
 )
 
 

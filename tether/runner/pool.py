@@ -51,6 +51,9 @@ class AgentEndpoints:
             "OPENAI_API_BASE": llm.base_url,
             "OPENAI_API_KEY": llm.api_key,
             "OPENAI_MODEL": llm.model,
+            # The Anthropic SDK adds /v1/messages to its base URL itself, and sends the key as x-api-key.
+            "ANTHROPIC_BASE_URL": llm.base_url.removesuffix("/v1"),
+            "ANTHROPIC_API_KEY": llm.api_key,
             "TETHER_TASK": orjson.dumps(agent_task(rollout.input)).decode(),
             "TETHER_ROLLOUT_ID": rollout.id,
             "TETHER_ATTEMPT": str(attempt),
