@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 
 from tether.compose import create_app
-from tether.contracts import DEFAULT_HEARTBEAT_TIMEOUT_S
+from tether.contracts import DEFAULT_HEARTBEAT_TIMEOUT_S, DEFAULT_MAX_TOKENS_CAP, DEFAULT_N_CAP
 from tether.gateway import Gateway, GatewayConfig
 from tether.gateway.server import BackgroundServer
 from tether.gateway.upstreams import Upstream
@@ -53,11 +53,16 @@ def local_stack(
     heartbeat_timeout_s: float = DEFAULT_HEARTBEAT_TIMEOUT_S,
     host: str = "127.0.0.1",
     agent_quota: AgentQuota | None = None,
+    caps: tuple[int, int] = (DEFAULT_MAX_TOKENS_CAP, DEFAULT_N_CAP),
 ) -> Iterator[LocalStack]:
     """`host` is where the gateway listens, and the host in the URL agents get: loopback unless told.
     Workers on other nodes (`--ray`) need a routable one: the advertised host. `agent_quota`: what an
-    agent may send (request bodies, spans per attempt)."""
-    config = GatewayConfig.for_agents(agent_quota or AgentQuota(), hold_limit_s=hold_limit_s)
+    agent may send (request bodies, spans per attempt); `caps`: the tokens and the choices one call may ask
+    for."""
+    max_tokens_cap, n_cap = caps
+    config = GatewayConfig.for_agents(
+        agent_quota or AgentQuota(), hold_limit_s=hold_limit_s, max_tokens_cap=max_tokens_cap, n_cap=n_cap
+    )
     if routes is not None:
         config.routes = dict(routes)
     gateway = Gateway(store, authority, config)

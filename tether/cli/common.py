@@ -50,6 +50,13 @@ def engine_kind(args: argparse.Namespace) -> str:
     return kind
 
 
+def request_caps(args: argparse.Namespace) -> tuple[int, int]:
+    """The tokens and the choices one model call may ask for (`--max-tokens-cap`, `--n-cap`)."""
+    if args.max_tokens_cap < 1 or args.n_cap < 1:
+        raise SystemExit(f"tether {args.command}: --max-tokens-cap and --n-cap must be at least 1")
+    return args.max_tokens_cap, args.n_cap
+
+
 def _vllm_urls(args: argparse.Namespace) -> tuple[str, ...]:
     from tether.policy_server import SERVERS
 

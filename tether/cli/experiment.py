@@ -13,7 +13,7 @@ from typing import Any
 
 from rich.console import Console
 
-from tether.cli.common import begin_run, open_cli_store, runner_pools, serving_policy
+from tether.cli.common import begin_run, open_cli_store, request_caps, runner_pools, serving_policy
 from tether.cli.placement import open_placement
 from tether.cli.quota_args import agent_quota
 from tether.gateway.upstreams import Upstream
@@ -52,6 +52,7 @@ class Experiment:
                 routes=routes,
                 host=self.placement.host,
                 agent_quota=agent_quota(args),
+                caps=request_caps(args),
             ) as stack,
         ):
             yield stack

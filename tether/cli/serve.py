@@ -11,7 +11,7 @@ from pathlib import Path
 import uvicorn
 from rich.console import Console
 
-from tether.cli.common import open_cli_store, serving_policy
+from tether.cli.common import open_cli_store, request_caps, serving_policy
 from tether.cli.options import add_settings
 from tether.cli.quota_args import agent_quota
 from tether.cli.secrets import UPSTREAM_KEY, add_secret_arg
@@ -73,8 +73,7 @@ def run(args: argparse.Namespace) -> int:
     routes = parse_routes(args.route)
     if args.heartbeat_timeout <= 0:
         raise SystemExit("tether serve: --heartbeat-timeout must be positive")
-    if args.max_tokens_cap < 1 or args.n_cap < 1:
-        raise SystemExit("tether serve: --max-tokens-cap and --n-cap must be at least 1")
+    request_caps(args)
     if args.header_timeout < 0 or args.body_timeout < 0:
         raise SystemExit("tether serve: --header-timeout and --body-timeout cannot be negative")
     if not _is_loopback(args.host):

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
-from tether.cli.common import engine_kind, policy_server_options
+from tether.cli.common import engine_kind, policy_server_options, request_caps
 from tether.cli.experiment import open_experiment
 from tether.cli.options import add_settings, settings_from_args, write_config
 from tether.cli.plot_cmd import plot
@@ -206,6 +206,7 @@ def fit(args: argparse.Namespace) -> FitResult:
             coverage=coverage_config(args),
             teacher=_teacher(args),
             agent_quota=agent_quota(args),
+            caps=request_caps(args),
         )
     except ValueError as exc:
         raise SystemExit(f"tether train: {exc}") from None

@@ -24,7 +24,13 @@ from tether.config.run import (
     TrainRunSettings,
 )
 from tether.config.search import ExportFileSettings, PolicyExportSettings, SearchSettings
-from tether.config.serving import GatewaySettings, LimitSettings, ServerSettings, UpstreamSettings
+from tether.config.serving import (
+    CapSettings,
+    GatewaySettings,
+    LimitSettings,
+    ServerSettings,
+    UpstreamSettings,
+)
 from tether.config.training import (
     CurriculumSettings,
     ImitationSettings,
@@ -47,6 +53,7 @@ class RolloutSettings:
     groups: GroupSettings = field(default_factory=GroupSettings)
     sandbox: SandboxSettings = field(default_factory=SandboxSettings)
     quota: QuotaSettings = field(default_factory=QuotaSettings)
+    caps: CapSettings = field(default_factory=CapSettings)
     server: ServerSettings = field(default_factory=ServerSettings)
     upstream: UpstreamSettings = field(default_factory=UpstreamSettings)
     runner: RunnerSettings = field(default_factory=RunnerSettings)
@@ -72,6 +79,7 @@ class TrainSettings:
     curriculum: CurriculumSettings = field(default_factory=CurriculumSettings)
     sandbox: SandboxSettings = field(default_factory=SandboxSettings)
     quota: QuotaSettings = field(default_factory=QuotaSettings)
+    caps: CapSettings = field(default_factory=CapSettings)
     runner: RunnerSettings = field(default_factory=RunnerSettings)
     ray: TrainRaySettings = field(default_factory=TrainRaySettings)
     store: StoreSettings = field(default_factory=StoreSettings)
@@ -100,6 +108,7 @@ class OptimizePromptSettings:
     search: SearchSettings = field(default_factory=SearchSettings)
     sandbox: SandboxSettings = field(default_factory=SandboxSettings)
     quota: QuotaSettings = field(default_factory=QuotaSettings)
+    caps: CapSettings = field(default_factory=CapSettings)
     server: ServerSettings = field(default_factory=ServerSettings)
     upstream: UpstreamSettings = field(default_factory=UpstreamSettings)
     runner: RunnerSettings = field(default_factory=RunnerSettings)

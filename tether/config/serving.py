@@ -137,8 +137,8 @@ class GatewaySettings:
 
 
 @dataclass
-class LimitSettings:
-    """The gateway's limits on one request."""
+class CapSettings:
+    """What one model call may ask of the gateway; a call over a cap is refused (400) naming it."""
 
     max_tokens_cap: int = option(
         DEFAULT_MAX_TOKENS_CAP,
@@ -151,6 +151,12 @@ class LimitSettings:
         "refuse (400) a call asking for more choices than this (n, best_of)",
         metavar="N",
     )
+
+
+@dataclass
+class LimitSettings(CapSettings):
+    """The gateway's limits on one request: the caps, and how long a client may take to send it."""
+
     header_timeout: float = option(
         DEFAULT_HEADER_TIMEOUT_S,
         "close a connection that has not sent a request's headers within this time (0: never)",

@@ -40,8 +40,8 @@ def check_caps(kind: str, body: dict[str, Any], max_tokens: int, n: int) -> None
         if value > cap:
             raise GatewayError(
                 400,
-                f"'{name}' is {value}, above this gateway's cap of {cap} (set with tether serve "
-                f"{CAP_OPTIONS[cap_kind]})",
+                f"'{name}' is {value}, above this gateway's cap of {cap} (raise it with "
+                f"{CAP_OPTIONS[cap_kind]} of tether serve, rollout, train or optimize-prompt)",
                 code="integer_above_max_value",
                 param=name,
             )

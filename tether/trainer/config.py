@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tether.contracts import ALGORITHMS, DISTILLATION, POLICY_UPSTREAM
+from tether.contracts import ALGORITHMS, DEFAULT_MAX_TOKENS_CAP, DEFAULT_N_CAP, DISTILLATION, POLICY_UPSTREAM
 from tether.curriculum.pools import CurriculumConfig
 from tether.learner.config import TrainConfig
 from tether.limits import AgentQuota
@@ -72,6 +72,8 @@ class TrainerConfig:
     coverage: CoverageConfig = field(default_factory=CoverageConfig)
     # What an agent may send with its token: request bodies, spans per attempt (`tether.limits`).
     agent_quota: AgentQuota = field(default_factory=AgentQuota)
+    # The tokens and the choices one model call may ask the gateway for (`--max-tokens-cap`, `--n-cap`).
+    caps: tuple[int, int] = (DEFAULT_MAX_TOKENS_CAP, DEFAULT_N_CAP)
     # algorithm "opd": the teacher that scores every token the policy samples (`tether.trainer.distill`).
     teacher: Teacher | None = None
     # Several trained policies, a LoRA adapter each, named by the model alias routed to it

@@ -146,6 +146,7 @@ class Trainer:
                 hold_limit_s=600,
                 host=self.placement.host,
                 agent_quota=self.config.agent_quota,
+                caps=self.config.caps,
             ) as stack:
                 runner = Runner(
                     self.store,
