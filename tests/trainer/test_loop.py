@@ -286,3 +286,20 @@ def test_each_finished_rollout_is_read_once_and_a_step_counts_its_reads(tmp_path
     assert sorted(read) == sorted(r.id for r in store.list_rollouts(limit=1000))  # each once, none twice
     assert sum(r["store_reads"] for r in train) == len(store.reads)
     assert all(1 <= r["store_reads"] <= r["rollouts"] for r in train)
+
+
+async def cached_agent(task: dict, llm) -> str:  # noqa: ANN001, ARG001
+    """Answers from its own cache: it never calls the model."""
+    return "an answer from the agent's own cache"
+
+
+def test_rollouts_that_made_no_model_call_are_counted_and_warned_about_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trainer = make_trainer(tmp_path, val_every=0)
+    result = trainer.fit(CallableAgent(cached_agent), TASKS, [], even_length)
+    train = [r for r in result.history if r["kind"] == "train"]
+    assert [r["rollouts_without_calls"] for r in train] == [r["rollouts"] for r in train] == [8, 8]
+    assert all(r["calls"] == 0 and r["samples"] == 0 for r in train)  # nothing to train on
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "made no model call" in line]
+    assert len(warnings) == 1 and warnings[0].startswith("step 1: 8 of 8 rollouts made no model call")

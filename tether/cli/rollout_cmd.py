@@ -37,6 +37,7 @@ from tether.runner import (
     load_tasks,
     summarize,
 )
+from tether.runner.driver import NO_CALLS_HINT
 from tether.runner.rewards import Evaluator, check_reference_reader
 from tether.runner.warm import WarmStarts
 from tether.store import RolloutRequest, Task
@@ -211,6 +212,10 @@ def print_summary(outcomes: Sequence[RolloutOutcome], seconds: float) -> None:
     for key, value in rows:
         table.add_row(key, value)
     Console().print(table)
+    if summary["without_calls"]:
+        console.print(
+            f"[yellow]{summary['without_calls']} of {summary['rollouts']} rollouts {NO_CALLS_HINT}[/]"
+        )
     for error in sorted({o.error for o in outcomes if o.error})[:5]:
         console.print(Text.assemble(("error:", "red"), " ", shown(error)))  # the agent's stderr
 

@@ -152,6 +152,19 @@ class Driver:
             self.stats.rewards.append(outcome.reward)
 
 
+# Why a finished rollout has no model call: its agent never reached the gateway.
+NO_CALLS_HINT = (
+    "made no model call: the agent answered without the gateway (an agent-side cache such as DSPy's, a "
+    "client with a hard-coded base URL or key, or a base URL other than $OPENAI_BASE_URL); such rollouts "
+    "give no training data"
+)
+
+
+def without_calls(outcomes: Sequence[RolloutOutcome]) -> int:
+    """Finished rollouts that succeeded without one model call recorded."""
+    return sum(o.status == RolloutStatus.succeeded and o.calls == 0 for o in outcomes)
+
+
 def summarize(outcomes: Sequence[RolloutOutcome]) -> dict[str, Any]:
     total = len(outcomes)
     rewards = [o.reward for o in outcomes if o.reward is not None]
@@ -164,4 +177,5 @@ def summarize(outcomes: Sequence[RolloutOutcome]) -> dict[str, Any]:
         "mean_reward": statistics.fmean(rewards) if rewards else None,
         "calls_per_rollout": statistics.fmean(o.calls for o in outcomes) if total else 0.0,
         "completion_tokens": sum(o.completion_tokens for o in outcomes),
+        "without_calls": without_calls(outcomes),
     }

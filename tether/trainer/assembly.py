@@ -3,6 +3,7 @@ learner per trained policy, and the gateway upstreams and routes of the trained 
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import replace
 
 from tether.contracts import DEFAULT_ROUTE, POLICY_UPSTREAM
@@ -95,3 +96,17 @@ def fixed_upstreams(
             upstreams.append(HTTPUpstream(HTTPUpstreamConfig(name=name, base_url=url)))
             routes[alias] = name
     return upstreams, routes
+
+
+def refuse_unrouted(unrouted: Counter[str], config: TrainerConfig) -> None:
+    """With several policies, an agent label (model alias) that maps to none and is not fixed stops the
+    run after the first rollouts that asked for it, naming the labels seen and the known ones."""
+    if not unrouted:
+        return
+    seen = ", ".join(f"{name!r} ({count} calls)" for name, count in sorted(unrouted.items()))
+    fixed = ", ".join(config.fixed_agents) or "none"
+    raise SystemExit(
+        f"tether train: the agent asked for models that map to no policy and are not fixed: {seen}. "
+        f"Policies: {', '.join(config.policy_names)}; fixed agents: {fixed}. Give each a "
+        "--policy NAME=lora:rR or a --fixed-agent NAME."
+    )

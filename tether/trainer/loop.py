@@ -36,14 +36,11 @@ from tether.curriculum.pools import Curriculum, CurriculumExhausted
 from tether.curriculum.probe import probe_record, probed
 from tether.learner.base import Learner, TrainingDiverged
 from tether.placement.base import LocalPlacement, Placement
-from tether.policy_server import (
-    PolicyServer,
-    PolicyWeights,
-    ServesSeveralPolicies,
-)
+from tether.policy_server import PolicyServer, PolicyWeights, ServesSeveralPolicies
 from tether.rewards.rank import GroupScorer
 from tether.runner import AIRRules, Runner, RunnerConfig
 from tether.runner.agents import Agent
+from tether.runner.driver import without_calls
 from tether.runner.pool import WorkerPool
 from tether.runner.rewards import Evaluator
 from tether.runner.runner import PoolFactory
@@ -51,13 +48,8 @@ from tether.runner.runs import RunRecord, cancel_queued
 from tether.stack import LocalStack, local_stack
 from tether.store import RolloutRequest, Store, Task
 from tether.store.auth import TokenAuthority
-from tether.trainer.assembly import (
-    fixed_upstreams,
-    open_learners,
-    open_server,
-    placed_server,
-    policy_upstreams,
-)
+from tether.trainer import assembly
+from tether.trainer.assembly import refuse_unrouted
 from tether.trainer.config import FitResult, TrainerConfig
 from tether.trainer.distill import TeacherError, check_teacher, score_transitions
 from tether.trainer.imitation import demonstration_batch, load_demonstrations
@@ -66,7 +58,14 @@ from tether.trainer.policies import policy_of, split_batch
 from tether.trainer.ranking import rank_groups
 from tether.trainer.stages import agent_cpu_seconds, engine_counts, engine_stats, stage_stats_of
 from tether.trainer.staleness import fresh_transitions
-from tether.trainer.stats import group_tags, release_free_memory, rollout_stats, signal_groups, step_stats
+from tether.trainer.stats import (
+    group_tags,
+    no_call_warning,
+    release_free_memory,
+    rollout_stats,
+    signal_groups,
+    step_stats,
+)
 from tether.trainer.validation import Validator, first_score
 
 __all__ = ["FitResult", "Trainer", "TrainerConfig", "signal_groups"]
@@ -132,12 +131,12 @@ class Trainer:
             check_teacher(config.teacher, AutoTokenizer.from_pretrained(resolve_model(config.model)))
         opened: list[PolicyServer] = []
         with console.status(f"loading {config.model} for serving and for training ..."):
-            server = self.policy_server or placed_server(config, self.placement, opened)
-            server = server or open_server(config, POLICY_UPSTREAM, opened)
-            learners = open_learners(config, self.placement, self.learner, self.learners)
+            server = self.policy_server or assembly.placed_server(config, self.placement, opened)
+            server = server or assembly.open_server(config, POLICY_UPSTREAM, opened)
+            learners = assembly.open_learners(config, self.placement, self.learner, self.learners)
         try:
-            upstreams, routes = fixed_upstreams(config, opened)
-            trained, policy_routes = policy_upstreams(config, server)
+            upstreams, routes = assembly.fixed_upstreams(config, opened)
+            trained, policy_routes = assembly.policy_upstreams(config, server)
             with local_stack(
                 self.store,
                 self.auth,
@@ -315,6 +314,9 @@ class _Session:
         stats.update(engine, **await asyncio.to_thread(stage_stats_of, records))
         stats["idle_seconds"] = max(seconds - stats["generation_seconds"], 0.0)
         stats["store_reads"] = self.runner.stats.store_reads - reads_before
+        stats["rollouts_without_calls"] = silent = without_calls(outcomes)
+        if warning := no_call_warning(silent, len(outcomes), self.step + 1, self.trainer.history):
+            console.print(f"[yellow]{warning}[/]")
         if ranked is not None:
             stats["rank_failed_groups"] = ranked.failed_groups
             stats["rank_left_out_rollouts"] = len(ranked.left_out)
@@ -338,17 +340,7 @@ class _Session:
         )
 
     def _refuse_unrouted(self) -> None:
-        """With several policies, an agent label (model alias) that maps to none and is not fixed stops
-        the run after the first rollouts that asked for it, naming the labels seen and the known ones."""
-        if not self.unrouted:
-            return
-        seen = ", ".join(f"{name!r} ({count} calls)" for name, count in sorted(self.unrouted.items()))
-        fixed = ", ".join(self.config.fixed_agents) or "none"
-        raise SystemExit(
-            f"tether train: the agent asked for models that map to no policy and are not fixed: {seen}. "
-            f"Policies: {', '.join(self.config.policy_names)}; fixed agents: {fixed}. Give each a "
-            "--policy NAME=lora:rR or a --fixed-agent NAME."
-        )
+        refuse_unrouted(self.unrouted, self.config)
 
     async def _advantages(self, transitions: list[Transition], stats: dict[str, Any]) -> AdvantageBatch:
         if self.config.algorithm == "sft" or self.step < self.config.sft_steps:

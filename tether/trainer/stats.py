@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tether.adapters import Transition, TransitionReport
-from tether.runner.driver import RolloutOutcome
+from tether.runner.driver import NO_CALLS_HINT, RolloutOutcome
 from tether.store import RolloutRequest, Task
 
 SECONDS_KEYS = ("rollout_seconds", "generation_seconds", "idle_seconds", "agent_cpu_seconds")
@@ -50,6 +50,13 @@ def rollout_stats(
         "rollouts_per_s": len(outcomes) / max(seconds, 1e-9),
         **per_agent(report),
     }
+
+
+def no_call_warning(silent: int, total: int, step: int, history: Sequence[dict[str, Any]]) -> str | None:
+    """The run's one warning that rollouts made no model call (None: none did, or it was given)."""
+    if not silent or any(record.get("rollouts_without_calls") for record in history):
+        return None
+    return f"step {step}: {silent} of {total} rollouts {NO_CALLS_HINT}"
 
 
 def signal_groups(transitions: Sequence[Transition]) -> int:
