@@ -1,4 +1,4 @@
-"""Store reads per training step, the driver's included: per-rollout reads against one `read_rollouts`.
+"""Store reads per training step: the trainer's old per-rollout reads against one `read_rollouts`.
 
     .venv/bin/python -m bench.store_reads [--rollouts 64] [--calls 4] [--repeats 5] [--no-http]
 
@@ -9,12 +9,12 @@ each group is on its second attempt, its first one failed after one call. Then t
 that step, after the runner is done (`_collect`), through a proxy that counts the store's read calls and
 the rows they answer, and the SQL statements under them:
 
-- before: per rollout, what the driver read for its outcome (get_rollout, query_rewards, query_spans of
-  the last attempt), `build_transitions` (get_rollout, query_spans, query_rewards) and `stage_stats`
-  (list_attempts, query_spans): 8 calls per rollout;
-- after: the driver's one `read_rollouts` of the rollouts that finished (a statement per table; here the
-  whole step finishes at once), outcomes from the records, and `transitions_of` and `stage_stats_of`
-  on the records the outcomes hand on.
+- before: per rollout, what `build_transitions` (get_rollout, query_spans, query_rewards) and
+  `stage_stats` (list_attempts, query_spans) read: 5 calls per rollout;
+- after: one `read_rollouts` of the step's rollouts (a statement per table), made by the driver as they
+  finish and handed on with their outcomes, then `transitions_of` and `stage_stats_of` on the records.
+  Before it, the driver also read 2 calls per rollout for the outcomes (query_rewards, query_spans),
+  which the "before" counts leave out.
 
 Both paths end in the same functions, whose answers are checked to be equal. Times are medians of
 `--repeats` runs, the two paths alternated; in process (SQLite, a WAL file) and over HTTP (the store API
@@ -40,7 +40,7 @@ from tether.contracts import Meta
 from tether.gateway.context import CallContext
 from tether.gateway.spans import call_span
 from tether.gateway.upstreams.base import CallRecord, ChoiceRecord
-from tether.runner.driver import RolloutOutcome, outcomes_of, read_outcome
+from tether.runner.driver import outcomes_of
 from tether.store import Claim, RolloutRequest, RolloutStatus, SQLiteStore, StoreClient, Task
 from tether.store.auth import TokenAuthority
 from tether.store.base import Store
@@ -52,7 +52,7 @@ ALL_ROWS = 1_000_000_000
 GROUP = 8
 PROMPT_TOKENS, RESPONSE_TOKENS, OBSERVATION_TOKENS = 512, 128, 64
 
-StepAnswer = tuple[TransitionReport, dict[str, Any], list[tuple[Any, ...]]]
+StepAnswer = tuple[TransitionReport, dict[str, Any]]
 
 
 # -- counting -------------------------------------------------------------------------------------------
@@ -187,10 +187,8 @@ def record_step(store: Store, rollouts: int, calls: int) -> list[str]:
 # -- the two paths --------------------------------------------------------------------------------------
 
 
-def read_per_rollout(store: Store, ids: Sequence[str]) -> Read:
-    """What the old driver (each rollout's outcome: its rewards and last attempt's spans), `build_transitions`
-    and `stage_stats` read, each for itself, one rollout at a time."""
-    outcomes = [read_outcome(store, store.get_rollout(rollout_id)) for rollout_id in ids]
+def read_per_rollout(store: Store, ids: Sequence[str]) -> tuple[list[RolloutRecord], list[RolloutRecord]]:
+    """What the old `build_transitions` and `stage_stats` read, each for itself, one rollout at a time."""
     built = [
         RolloutRecord.model_construct(
             rollout=store.get_rollout(rollout_id),
@@ -209,18 +207,17 @@ def read_per_rollout(store: Store, ids: Sequence[str]) -> Read:
         )
         for record in built
     ]
-    return built, staged, outcomes
+    return built, staged
 
 
-def read_batched(store: Store, ids: Sequence[str]) -> Read:
-    """The driver's one `read_rollouts` as the rollouts finish; the trainer takes the outcomes' records."""
-    outcomes = outcomes_of(store.read_rollouts(ids))
-    records = [outcome.record for outcome in outcomes if outcome.record is not None]
-    return records, records, outcomes
+def read_batched(store: Store, ids: Sequence[str]) -> tuple[list[RolloutRecord], list[RolloutRecord]]:
+    """The driver's one `read_rollouts` as the rollouts finish (here the whole step at once): the outcomes
+    hand their records on, and the trainer reads nothing more."""
+    records = [o.record for o in outcomes_of(store.read_rollouts(ids)) if o.record is not None]
+    return records, records
 
 
-Read = tuple[list[RolloutRecord], list[RolloutRecord], list[RolloutOutcome]]
-Reader = Callable[[Store, Sequence[str]], Read]
+Reader = Callable[[Store, Sequence[str]], tuple[list[RolloutRecord], list[RolloutRecord]]]
 PATHS: dict[str, Reader] = {"before": read_per_rollout, "after": read_batched}
 
 
@@ -245,10 +242,9 @@ def run_path(
 ) -> None:
     counting, statements_before = CountingStore(store), statements.count
     started = time.perf_counter()
-    built, staged, outcomes = read(counting, ids)
+    built, staged = read(counting, ids)
     figures.read_s.append(time.perf_counter() - started)
-    told = [(o.rollout_id, o.status, o.attempts, o.reward, o.calls, o.completion_tokens) for o in outcomes]
-    figures.answer = (transitions_of(built, merge=True), stage_stats_of(staged), told)
+    figures.answer = (transitions_of(built, merge=True), stage_stats_of(staged))
     figures.total_s.append(time.perf_counter() - started)
     figures.calls, figures.rows = counting.calls, counting.rows
     figures.statements = statements.count - statements_before
@@ -262,7 +258,7 @@ def measure(store: Store, statements: Statements, ids: Sequence[str], repeats: i
             run_path(figures[name], store, statements, ids, read)
     if figures["before"].answer != figures["after"].answer:
         raise AssertionError(
-            "the batched read gave other outcomes, transitions or stage stats than the per-rollout reads"
+            "the batched read gave other transitions or stage stats than the per-rollout reads"
         )
     return figures
 
