@@ -176,6 +176,25 @@ def test_the_built_in_engine_refuses_what_it_cannot_apply_by_name(
     assert sampler_of_span(engine_rig, served) == Sampler(temperature=0.7)
 
 
+@pytest.mark.parametrize(
+    "response_format",
+    [{"type": "json_object"}, {"type": "json_schema", "json_schema": {"name": "a", "schema": {}}}],
+)
+def test_the_built_in_engine_refuses_json_output_it_cannot_constrain(
+    engine_rig: GatewayRig, response_format: dict[str, Any]
+) -> None:
+    rollout_id, base_url, key = engine_rig.session()
+    with pytest.raises(openai.BadRequestError) as caught:
+        chat(base_url, key, response_format=response_format)
+    error = caught.value.body
+    assert isinstance(error, dict) and error["param"] == "response_format"
+    assert f"response_format {response_format['type']!r}" in error["message"]
+    assert engine_rig.store.query_spans(rollout_id=rollout_id) == []  # nothing was generated
+    served, base_url, key = engine_rig.session()
+    chat(base_url, key, response_format={"type": "text"})  # the unconstrained default is served
+    assert sampler_of_span(engine_rig, served) == Sampler()
+
+
 # -- logprobs of unverified provenance: an external vLLM in raw-logprobs mode --------------------------
 
 

@@ -67,8 +67,26 @@ def _refuse_unsupported_sampling(body: dict[str, Any]) -> None:
         )
 
 
+def _refuse_constrained_output(body: dict[str, Any]) -> None:
+    """`response_format` json_object or json_schema asks for decoding constrained to JSON: a mask over the
+    vocabulary at every token. The engine does not apply one, and answering in free text would look like
+    compliance; a mask is also a reshaped distribution that no learner could reproduce from the recorded
+    call. So it is refused by name, as other reshaping is (type "text" is the unconstrained default)."""
+    response_format = body.get("response_format")
+    kind = response_format.get("type") if isinstance(response_format, dict) else response_format
+    if response_format is not None and kind != "text":
+        raise GatewayError(
+            400,
+            f"the built-in engine does not constrain its output to JSON (response_format {kind!r}): leave "
+            "response_format out and ask for JSON in the prompt, or serve the policy with vLLM "
+            "(--policy-server vllm)",
+            param="response_format",
+        )
+
+
 def sampling_params(body: dict[str, Any], prompt_len: int, context: int) -> SamplingParams:
     _refuse_unsupported_sampling(body)
+    _refuse_constrained_output(body)
     room = context - prompt_len
     if room <= 0:
         raise GatewayError(
