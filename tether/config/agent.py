@@ -184,7 +184,9 @@ class SandboxSettings:
 
 @dataclass
 class QuotaSettings:
-    """What one agent may send the gateway and the store."""
+    """What one agent may send with its rollout token; its model calls the gateway records are never counted
+    against them. Refused requests get a 413 (one request too large) or a 429 (the attempt's quota is used
+    up), naming the option that raises the limit."""
 
     max_request_mb: float = option(
         MAX_BODY_BYTES / MIB,

@@ -124,7 +124,7 @@ class ImitationSettings:
 
 @dataclass
 class UpdateSettings:
-    """The update: how each batch is used (tether/learner/policy.py has the loss)."""
+    """The update: how each batch is used (tether/learner/loss.py has the loss)."""
 
     ppo_epochs: int = option(
         1,
