@@ -7,6 +7,7 @@ import sys
 
 from tether import __version__
 from tether.cli import (
+    eval_cmd,
     export_cmd,
     optimize_cmd,
     plot_cmd,
@@ -36,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
         serve,
         rollout_cmd,
         train_cmd,
+        eval_cmd,
         export_cmd,
         plot_cmd,
         store_cmd,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tether.config.option import option
+from tether.config.rewards import RewardSettings
 from tether.config.run import StoreSettings
 from tether.config.search import rollout_statuses
 
@@ -71,3 +72,30 @@ class StoreMigrationSettings:
     """`tether store migrate`."""
 
     migrate: MigrateSettings = field(default_factory=MigrateSettings)
+
+
+@dataclass
+class EvalSettings:
+    """Which run's stored validations `tether eval` re-scores, against which tasks."""
+
+    run: str | None = option(
+        None, "the run whose held-out rollouts are scored", metavar="NAME", required=True
+    )
+    tasks: str | None = option(
+        None,
+        "the held-out task file the run validated on: its tasks' references are what --reward reads",
+        flags=("--tasks",),
+        metavar="FILE",
+        required=True,
+    )
+    pass_reward: float = option(1.0, "a rollout passes (pass@1, pass@K) when its reward is at least this")
+    json: bool = option(False, "print the figures as JSON lines, one per validation")
+
+
+@dataclass
+class EvaluateSettings:
+    """`tether eval`."""
+
+    eval: EvalSettings = field(default_factory=EvalSettings)
+    rewards: RewardSettings = field(default_factory=RewardSettings)
+    store: StoreSettings = field(default_factory=StoreSettings)
