@@ -57,6 +57,7 @@ test: setup setup-vllm
 	bash scripts/ensure_postgres.sh
 	bash scripts/ensure_chromium.sh
 	bash scripts/ensure_bwrap.sh
+	bash scripts/ensure_node.sh
 	$(BIN)/python -m pytest -q -ra --durations=25
 
 # The framework examples and the coding agent learn: teacher rollouts on train -> SFT warm start -> GRPO

@@ -169,9 +169,6 @@ PROVIDER_ENV: Final = (
     "COHERE_API_KEY",
     "HF_TOKEN",
     "HUGGING_FACE_HUB_TOKEN",
-    "AWS_ACCESS_KEY_ID",
-    "AWS_SECRET_ACCESS_KEY",
-    "AWS_SESSION_TOKEN",
 )
 
 # -- what one request may ask of the gateway, and how long a worker may go silent ---------------------

@@ -23,7 +23,7 @@ def test_an_anthropic_sdk_agent_reaches_the_gateway_and_not_the_provider(
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-operators-own")
     monkeypatch.setenv("ANTHROPIC_BASE_URL", "https://provider.invalid")
     monkeypatch.setenv("GROQ_API_KEY", "gsk-operators-own")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "aws-operators-own")
+    monkeypatch.setenv("GEMINI_API_KEY", "gemini-operators-own")
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text(json.dumps({"id": "t0", "q": "hello"}) + "\n")
     command = ["rollout", "--agent", f"{sys.executable} {AGENT}", "--tasks", str(tasks)]
@@ -33,7 +33,7 @@ def test_an_anthropic_sdk_agent_reaches_the_gateway_and_not_the_provider(
     assert rollout.status == RolloutStatus.succeeded, rollout.error
     assert json.loads(rollout.output or "{}") == {
         "type": "message",
-        "seen": {"GROQ_API_KEY": None, "AWS_SECRET_ACCESS_KEY": None},
+        "seen": {"GROQ_API_KEY": None, "GEMINI_API_KEY": None},
     }
     (call,) = [s for s in store.query_spans(rollout_id=rollout.id) if is_call_span(s.name)]
     assert call.attributes[CallAttr.API] == "messages"

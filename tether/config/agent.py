@@ -167,7 +167,7 @@ class SandboxSettings:
     )
     memory: int | None = option(
         None,
-        "address space per process (RLIMIT_AS; default 4096); 0: no limit",
+        "data (heap and private anonymous memory) per process (RLIMIT_DATA; default 4096); 0: no limit",
         metavar="MIB",
         flags=("--sandbox-memory",),
         dest="sandbox_memory",

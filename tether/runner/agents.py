@@ -8,6 +8,7 @@ import inspect
 import logging
 import os
 import pwd
+import re
 import shlex
 import shutil
 import signal
@@ -89,6 +90,22 @@ async def _pump(stream: asyncio.StreamReader | None, sink: _TailBuffer) -> None:
 def last_line(text: str) -> str | None:
     lines = [line for line in text.splitlines() if line.strip()]
     return lines[-1].strip() if lines else None
+
+
+# Lines a runtime prints after the error itself: Node's version banner, stack frames, a dump's braces.
+_AFTER_THE_ERROR = re.compile(r"^(Node\.js v[\d.]+|at .*|[{}\[\](),]*|\w+: .*,)$")
+_AN_ERROR = re.compile(r"\b\w*(Error|Exception)\b")
+
+
+def error_line(stderr: str) -> str | None:
+    """The line of an agent's stderr that says what went wrong: its last line, unless that is what a
+    runtime prints after the error (Node ends with its version, after the stack), then the last line
+    naming an error or exception."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    if not lines or not _AFTER_THE_ERROR.match(lines[-1]):
+        return lines[-1] if lines else None
+    named = [line for line in lines if _AN_ERROR.search(line) and not _AFTER_THE_ERROR.match(line)]
+    return named[-1] if named else lines[-1]
 
 
 class CommandAgent:
@@ -303,7 +320,7 @@ def _outcome(
     if timed_out:
         error = f"timed out after {timeout_s:g}s; process group killed"
     elif error is None and code != 0:
-        tail = last_line(stderr) or "no stderr"
+        tail = error_line(stderr) or "no stderr"
         error = f"agent {_exit_reason(code)}: {tail}"
     return AgentResult(last_line(stdout), code, timed_out, error, stdout, stderr)
 

@@ -118,7 +118,10 @@ def set_limits(settings: Settings) -> None:
     if settings.cpu:
         limit(resource.RLIMIT_CPU, settings.cpu, settings.cpu + 1)  # SIGXCPU, then SIGKILL a second later
     if settings.memory:
-        limit(resource.RLIMIT_AS, settings.memory, settings.memory)
+        # The data limit (heap and private anonymous memory), not the address space: runtimes reserve far
+        # more address space than they use (V8 reserves gigabytes for WebAssembly, so a Node agent's fetch
+        # could not even start under a 4 GiB RLIMIT_AS), and a reservation costs no memory.
+        limit(resource.RLIMIT_DATA, settings.memory, settings.memory)
     if settings.processes:
         limit(resource.RLIMIT_NPROC, settings.processes, settings.processes)
 
