@@ -276,3 +276,19 @@ def test_a_raw_logprobs_vllm_is_probed_and_its_processed_calls_refused_as_unveri
     assert f"rollout {at_07!r}" in message and "1 call(s)" in message
     assert "unverified logprobs" in message and "--logprobs-mode processed_logprobs" in message
     assert "--train-temperature" in message
+
+
+def test_the_built_in_engine_refuses_an_image_it_cannot_see(engine_rig: GatewayRig) -> None:
+    rollout_id, base_url, key = engine_rig.session()
+    picture = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+    client = openai.OpenAI(base_url=base_url, api_key=key, max_retries=0)
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(
+            model="policy",
+            messages=[{"role": "user", "content": [{"type": "text", "text": "What is this?"}, picture]}],
+            max_tokens=4,
+        )
+    error = caught.value.body
+    assert isinstance(error, dict) and error["param"] == "messages[0].content"
+    assert "reads text only" in error["message"] and "'image_url' part" in error["message"]
+    assert engine_rig.store.query_spans(rollout_id=rollout_id) == []

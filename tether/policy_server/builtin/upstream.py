@@ -84,6 +84,22 @@ def _refuse_constrained_output(body: dict[str, Any]) -> None:
         )
 
 
+def _refuse_non_text(messages: list[dict[str, Any]], model: str) -> None:
+    """Content parts other than text (an image, audio, a file) are refused by name: the built-in engine's
+    models read text only, and dropping the part would answer as if the model had seen it."""
+    for index, message in enumerate(messages):
+        content = message.get("content")
+        for part in content if isinstance(content, list) else ():
+            kind = part.get("type", "text") if isinstance(part, dict) else "text"
+            if kind != "text":
+                raise GatewayError(
+                    400,
+                    f"the built-in engine's model ({model}) reads text only, and message {index} has a "
+                    f"{kind!r} part: send text, or serve a model that takes it (--upstream, or vLLM)",
+                    param=f"messages[{index}].content",
+                )
+
+
 def sampling_params(body: dict[str, Any], prompt_len: int, context: int) -> SamplingParams:
     _refuse_unsupported_sampling(body)
     _refuse_constrained_output(body)
@@ -187,6 +203,7 @@ class EngineUpstream:
                 raise GatewayError(
                     400, "'messages' must be a non-empty list of message objects", param="messages"
                 )
+            _refuse_non_text(messages, str(getattr(self.engine, "name", self.name)))
             try:
                 return self.engine.chat_prompt_ids(messages, plan.tools or None, plan.tool_choice)
             except Exception as exc:  # the chat template (jinja) may raise anything on odd messages
