@@ -1,5 +1,6 @@
-"""A Node agent on the official `openai` npm package, through `tether rollout` (sandboxed and not) and
-`tether train`: configured only by its environment, every call recorded with its token ids.
+"""Node agents, on the official `openai` npm package and on the Vercel AI SDK, through `tether rollout`
+(sandboxed and not) and `tether train`: configured only by their environment, every call recorded with
+its token ids.
 `scripts/ensure_node.sh` (run by `make test`) installs Node.js and the package."""
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ pytestmark = pytest.mark.integration
 
 NODE = Path(__file__).parent / "node"
 AGENT = f"node {NODE / 'openai_agent.mjs'}"
+AGENTS = {"openai": AGENT, "ai-sdk": f"node {NODE / 'ai_sdk_agent.mjs'}"}
 if not (NODE / "node_modules" / "openai").is_dir() or shutil.which("node") is None:
     pytest.skip(
         "the Node agents' packages are not installed: bash scripts/ensure_node.sh", allow_module_level=True
@@ -41,8 +43,9 @@ def recorded(project: Path) -> list[tuple[RolloutStatus, dict, list[int]]]:
 
 
 @pytest.mark.parametrize("sandbox", ["none", "bwrap"])
-def test_a_node_agent_runs_and_is_recorded_token_exact(tmp_path: Path, sandbox: str) -> None:
-    command = ["rollout", "--agent", AGENT, "--tasks", str(tasks(tmp_path, 2)), "--sandbox", sandbox]
+@pytest.mark.parametrize("agent", sorted(AGENTS))
+def test_a_node_agent_runs_and_is_recorded_token_exact(tmp_path: Path, agent: str, sandbox: str) -> None:
+    command = ["rollout", "--agent", AGENTS[agent], "--tasks", str(tasks(tmp_path, 2)), "--sandbox", sandbox]
     shown = ["--sandbox-show", str(NODE)] if sandbox == "bwrap" else []  # its node_modules
     assert main([*command, *shown, "--model", "tiny-random", "--project-dir", str(tmp_path)]) == 0
     found = recorded(tmp_path)
