@@ -119,6 +119,7 @@ def test_a_dead_learner_rank_fails_in_one_line_and_resume_continues(
     ]
     checkpoint = tmp_path / ".tether" / "runs" / "rank-lost" / "checkpoint" / "state.pt"
     outcome: dict[str, BaseException | int] = {}
+    started = time.time()
 
     def run() -> None:
         try:
@@ -132,8 +133,11 @@ def test_a_dead_learner_rank_fails_in_one_line_and_resume_continues(
     while not checkpoint.exists() and thread.is_alive() and time.monotonic() < deadline:
         time.sleep(0.2)
     assert checkpoint.exists(), outcome
+    # This run's ranks: an earlier test's rank processes may still be on their way out.
     ranks = [
-        p for p in psutil.process_iter(["cmdline"]) if "ray::LearnerRank" in " ".join(p.info["cmdline"] or [])
+        p
+        for p in psutil.process_iter(["cmdline", "create_time"])
+        if "ray::LearnerRank" in " ".join(p.info["cmdline"] or []) and p.info["create_time"] >= started
     ]
     assert len(ranks) == 2
     ranks[0].kill()
