@@ -38,7 +38,9 @@ def settings_for(project: Path, model: str, steps: int) -> tether.TrainSettings:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--project-dir", type=Path, default=Path("demo-project"))
     parser.add_argument("--model", default="smollm2-135m", help="smollm2-135m, tiny-random or a local folder")
     parser.add_argument("--steps", type=int, default=12)
