@@ -123,13 +123,14 @@ def normalised(text: str) -> str:
 
 
 def test_the_pipelines_held_out_questions_are_held_out_by_content(chinook_db: Path, tmp_path: Path) -> None:
-    """The split `pipeline.sh` writes: at least 40 held-out easy/medium questions and 60 training ones, no
+    """The split `pipeline.sh` writes: at least 50 held-out easy/medium questions (one is at most 2 points)
+    and 100 training ones, no
     question or gold query on both sides, and no training question's gold query a right answer to a
     held-out one (its rows are not the held-out gold's rows)."""
     reward = load("reward")
     train_file, val_file = script_task_files(EXAMPLE / "pipeline.sh", tmp_path / "data")
     train, val = load_tasks(train_file), load_tasks(val_file)
-    assert len(val) >= 40 and len(train) >= 60
+    assert len(val) >= 50 and len(train) >= 100
     assert {t.input["difficulty"] for t in val} == {"easy", "medium"}
     assert len({t.input["difficulty"] for t in val[:20]}) == 2  # mixed, so the first N are a fair sample
     assert {t.id for t in train}.isdisjoint(t.id for t in val)
