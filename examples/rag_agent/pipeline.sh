@@ -14,7 +14,7 @@ agent="python examples/rag_agent/agent.py --temperature ${RAG_TEMPERATURE:-1.0}"
 reward=examples/rag_agent/reward.py:score
 teacher=examples/rag_agent/teacher.py
 mkdir -p "$project"
-python examples/rag_agent/tasks.py --out-dir "$project/data" --val "${RAG_VAL:-40}" --seed 0
+python examples/rag_agent/tasks.py --out-dir "$project/data" --val "${RAG_VAL:-52}" --seed 0
 # the corpus embedded once, into the cache beside the agent that sandboxed agents read
 python -c "import sys; sys.path.insert(0, 'examples/rag_agent'); import retrieval; retrieval.Retriever()"
 train_tasks=$project/data/train.jsonl

@@ -1,7 +1,7 @@
 """Train and val task files for the RAG agent, split from questions.jsonl, reproducibly by seed. Each task
 is {"id", "question", "reference": {"answer", "passage"}}: the reference is the evaluator's only.
 
-python examples/rag_agent/tasks.py --out-dir rag-project/data --val 40 --seed 0
+python examples/rag_agent/tasks.py --out-dir rag-project/data --val 52 --seed 0
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--out-dir", type=Path, default=Path("data"))
-    parser.add_argument("--val", type=int, default=40, help="held-out questions")
+    parser.add_argument("--val", type=int, default=52, help="held-out questions")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     train, val = split(load_questions(), args.val, args.seed)
