@@ -31,12 +31,10 @@ def engine_kind(args: argparse.Namespace) -> str:
     """The policy-server kind the command line names: `--policy-server KIND` (a kind registered in
     tether/policy_server), else vllm for `--policy-server URL,...` or `--engine vllm`, openai for
     `--upstream URL`, builtin otherwise."""
-    from tether.policy_server import SERVERS
-
     named = getattr(args, "policy_server", None)
     upstream = getattr(args, "upstream", None)
-    if named in SERVERS.kinds():
-        kind = named
+    if _names_a_kind(named):
+        kind = str(named)
     elif named or getattr(args, "engine", "builtin") == "vllm":
         kind = "vllm"  # URLs of running vLLM servers, or the older `--engine vllm`
     else:
@@ -57,11 +55,16 @@ def request_caps(args: argparse.Namespace) -> tuple[int, int]:
     return args.max_tokens_cap, args.n_cap
 
 
-def _vllm_urls(args: argparse.Namespace) -> tuple[str, ...]:
+def _names_a_kind(policy_server: str | None) -> bool:
+    """Whether `--policy-server` names a registered kind (else it lists running vLLM servers' URLs)."""
     from tether.policy_server import SERVERS
 
+    return policy_server in SERVERS.kinds()
+
+
+def _vllm_urls(args: argparse.Namespace) -> tuple[str, ...]:
     named = args.policy_server or ""
-    return () if named in SERVERS.kinds() else tuple(u.strip() for u in named.split(",") if u.strip())
+    return () if _names_a_kind(named) else tuple(u.strip() for u in named.split(",") if u.strip())
 
 
 def policy_server_options(args: argparse.Namespace, name: str, log_dir: Path | None) -> PolicyServerOptions:
