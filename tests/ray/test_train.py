@@ -104,6 +104,11 @@ def test_grpo_on_ray_writes_metrics_and_versions(
     # Step 2's rollouts were served by the replica holding version 1, which reached it streamed.
     assert {span.attributes.get(CallAttr.POLICY_VERSION) for span in calls} == {0, 1}
     assert all(choice["token_ids"] for span in calls for choice in span.attributes[CallAttr.CHOICES])
+    # The run's learner ranks end with it: no rank process outlives the command.
+    deadline = time.monotonic() + 30
+    while learner_ranks() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert learner_ranks() == []
 
 
 def learner_ranks() -> list[psutil.Process]:

@@ -18,7 +18,15 @@ from tether.algorithms.advantages import AdvantageBatch, Sample
 from tether.learner.config import TrainConfig
 from tether.learner.errors import LearnerLost, TrainingDiverged
 
-__all__ = ["Learner", "LearnerLost", "StepReport", "TrainingDiverged", "open_learner", "register"]
+__all__ = [
+    "Learner",
+    "LearnerLost",
+    "StepReport",
+    "TrainingDiverged",
+    "close_learner",
+    "open_learner",
+    "register",
+]
 from tether.policy_server.base import PolicyWeights
 from tether.registry import Registry
 
@@ -52,6 +60,14 @@ register = LEARNERS.register
 
 def open_learner(kind: str, config: TrainConfig) -> Learner:
     return LEARNERS.get(kind)(config)
+
+
+def close_learner(learner: Learner) -> None:
+    """Release what a learner holds outside this process (a multi-rank learner's actors). Closing is
+    optional in the protocol: a learner without `close` holds nothing that outlives it."""
+    close = getattr(learner, "close", None)
+    if callable(close):
+        close()
 
 
 def _local(config: TrainConfig) -> Learner:

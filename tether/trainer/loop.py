@@ -34,7 +34,7 @@ from tether.contracts import DISTILLATION, POLICY_UPSTREAM, Meta
 from tether.curriculum.cursor import TaskCursor
 from tether.curriculum.pools import Curriculum, CurriculumExhausted
 from tether.curriculum.probe import probe_record, probed
-from tether.learner.base import Learner, TrainingDiverged
+from tether.learner.base import Learner, TrainingDiverged, close_learner
 from tether.placement.base import LocalPlacement, Placement
 from tether.policy_server import PolicyServer, PolicyWeights, ServesSeveralPolicies
 from tether.rewards.rank import GroupScorer
@@ -170,6 +170,10 @@ class Trainer:
         finally:
             for opened_server in opened:
                 opened_server.close()
+            given = [self.learner, *(self.learners or {}).values()]
+            for learner in learners.values():
+                if not any(learner is mine for mine in given):  # the caller's to close
+                    close_learner(learner)
             self.log.close()
 
     def record(self, record: dict[str, Any]) -> None:
