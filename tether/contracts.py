@@ -36,6 +36,10 @@ class Origin:
     EVALUATOR: Final = "evaluator"  # rewards: the run's evaluator, written by the runner
     AIR: Final = "air"  # rewards: automatic intermediate rewards, written by the runner
     JUDGE: Final = "judge"  # spans: an LLM judge's calls while it scored a rollout (never trained on)
+    RUNNER: Final = "runner"  # spans: what a failed agent printed (`AGENT_OUTPUT_SPAN`), for its operator
+
+
+AGENT_OUTPUT_SPAN: Final = "agent.output"  # a failed attempt's stdout and stderr (their ends), exit code
 
 
 class CallAttr:

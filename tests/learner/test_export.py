@@ -89,3 +89,10 @@ def test_what_cannot_be_exported_is_one_line_naming_the_fix(tmp_path: Path, tiny
     with pytest.raises(SystemExit, match=r"full exists and is not empty: give a new folder$"):
         export(tmp_path, tmp_path / "full", tiny_path)
     assert (tmp_path / "full" / "keep.txt").read_text() == "mine"
+
+
+def test_a_run_that_has_made_no_update_is_one_line(tmp_path: Path, tiny_path: Path) -> None:
+    """A run whose steps found no group with signal has a folder but no policy: said, not a traceback."""
+    (tmp_path / ".tether" / "runs" / "r1").mkdir(parents=True)
+    with pytest.raises(SystemExit, match=r"^tether export: run r1 has saved no policy yet \(one is saved at"):
+        export(tmp_path, tmp_path / "x", tiny_path)

@@ -4,6 +4,7 @@ of a real 2-node cluster, against the head's gateway and store over HTTP."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -81,3 +82,24 @@ def test_an_unreachable_cluster_is_one_line_before_anything_is_enqueued(tmp_path
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "cannot reach the Ray cluster" in lines[0], done.stderr
     assert SQLiteStore(tmp_path / ".tether" / "store.db").list_rollouts(limit=10) == []
+
+
+def test_no_address_starts_a_cluster_of_its_own_beside_a_running_one(
+    tmp_path: Path, ray_cluster: Cluster
+) -> None:
+    """`--ray` alone starts a local cluster even where another is running and named by $RAY_ADDRESS (Ray
+    would join that one, which then refuses the CPUs a new cluster is started with)."""
+    tasks = write_tasks(tmp_path / "tasks.jsonl", 2)
+    agent = f"{sys.executable} {AGENTS / 'openai_agent.py'}"
+    done = subprocess.run(
+        [sys.executable, "-m", "tether.cli.main", "rollout", "--agent", agent, "--tasks", str(tasks)]
+        + ["--reward", f"{AGENTS / 'reward.py'}:varied", "--model", "tiny-random", "--ray"]
+        + ["--run", "own-cluster", "--project-dir", str(tmp_path)],
+        env={**os.environ, "RAY_ADDRESS": ray_cluster.address},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    rollouts = SQLiteStore(tmp_path / ".tether" / "store.db").list_rollouts(run="own-cluster", limit=10)
+    assert len(rollouts) == 2 and all(r.status == RolloutStatus.succeeded for r in rollouts)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.rigs import GatewayRig
+from tether.contracts import AGENT_OUTPUT_SPAN, Origin, is_call_span
 from tether.runner import (
     AgentEndpoints,
     AIRRules,
@@ -110,7 +111,25 @@ def test_crash_is_retried_then_failed_and_calls_are_kept(engine_rig: GatewayRig)
     attempts = engine_rig.store.list_attempts(outcome.rollout_id)
     assert [a.status for a in attempts] == [RolloutStatus.failed, RolloutStatus.failed]
     spans = engine_rig.store.query_spans(rollout_id=outcome.rollout_id)
-    assert sorted(s.attempt for s in spans) == [1, 2]
+    assert sorted(s.attempt for s in spans if is_call_span(s.name)) == [1, 2]
+    # and what each failed attempt printed, kept apart from the calls for whoever runs the agent
+    kept = [s for s in spans if s.name == AGENT_OUTPUT_SPAN]
+    assert [s.attempt for s in kept] == [1, 2] and {s.origin for s in kept} == {Origin.RUNNER}
+    assert all("something broke" in s.attributes["stderr"] and s.attributes["exit_code"] == 3 for s in kept)
+
+
+def test_a_crash_is_reported_by_its_exception_not_by_what_a_library_logs_after_it(
+    engine_rig: GatewayRig,
+) -> None:
+    agent = CommandAgent(f"{PYTHON} {AGENTS / 'noisy_crash_agent.py'}")
+    (outcome,) = run(make_runner(engine_rig, agent), requests_for({}))
+    assert outcome.error == (
+        "agent exited with code 1: RuntimeError: max_output_tokens reached: the reply was cut at 512 tokens"
+    )
+    [kept] = [
+        s for s in engine_rig.store.query_spans(rollout_id=outcome.rollout_id) if s.origin == Origin.RUNNER
+    ]
+    assert "[non-fatal] Tracing: max retries reached" in kept.attributes["stderr"]
 
 
 def test_hanging_agent_times_out_and_its_process_group_is_killed(
@@ -137,7 +156,8 @@ def test_foreign_key_fails_the_rollout_with_the_reason(engine_rig: GatewayRig) -
     (outcome,) = run(make_runner(engine_rig, agent), requests_for({}))
     assert outcome.status == RolloutStatus.failed
     assert "AuthenticationError" in (outcome.error or "")
-    assert engine_rig.store.query_spans(rollout_id=outcome.rollout_id) == []
+    spans = engine_rig.store.query_spans(rollout_id=outcome.rollout_id)
+    assert [span.name for span in spans] == [AGENT_OUTPUT_SPAN]  # no call: only what the agent printed
 
 
 def test_garbage_output_is_bounded(engine_rig: GatewayRig) -> None:

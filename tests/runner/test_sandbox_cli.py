@@ -239,6 +239,29 @@ def test_by_default_agents_run_in_the_sandbox_and_without_bwrap_one_line_says_th
     assert "apt-get install bubblewrap" in said and "--sandbox none" in said and "\n" not in said
 
 
+def test_an_evaluator_above_the_agents_folder_is_hidden_and_the_agent_still_runs(tmp_path: Path) -> None:
+    """The evaluator at a project's top, the agent in a folder below it: only the evaluator's file is
+    hidden (its whole folder would hide the agent too), and the agent cannot read it."""
+    project = tmp_path / "project"
+    (project / "agent").mkdir(parents=True)
+    (project / "checks.py").write_text(
+        "def score(task, output):\n    return 1.0 if output == 'hidden' else 0.0\n"
+    )
+    agent = project / "agent" / "agent.py"
+    agent.write_text(
+        "from pathlib import Path\n"
+        "checks = Path(__file__).resolve().parents[1] / 'checks.py'\n"
+        "source = checks.read_text() if checks.exists() else ''\n"
+        "print('read' if 'def score' in source else 'hidden')\n"
+    )
+    args = ["rollout", "--agent", f"{PYTHON} {agent}", "--tasks", str(one_task(tmp_path))]
+    args += ["--reward", f"{project / 'checks.py'}:score", "--sandbox", "bwrap", "--run", "above"]
+    args += ["--upstream", "http://127.0.0.1:9/v1", "--project-dir", str(tmp_path)]
+    assert main(args) == 0
+    [rollout] = SQLiteStore(tmp_path / ".tether" / "store.db").list_rollouts(run="above", limit=10)
+    assert rollout.status == RolloutStatus.succeeded and rollout.output == "hidden", rollout.error
+
+
 def test_the_sandbox_with_the_kubernetes_runner_is_refused_naming_the_jobs_boundary(tmp_path: Path) -> None:
     tasks = one_task(tmp_path)
     template = Path(__file__).parent / "k8s" / "job.yaml.j2"

@@ -35,6 +35,13 @@ def engine_kind(args: argparse.Namespace) -> str:
     upstream = getattr(args, "upstream", None)
     if _names_a_kind(named):
         kind = str(named)
+    elif named and not all(url.strip().startswith(("http://", "https://")) for url in named.split(",")):
+        from tether.policy_server import SERVERS
+
+        raise SystemExit(
+            f"tether: --policy-server {named!r} is neither a kind ({', '.join(sorted(SERVERS.kinds()))}) "
+            "nor the URLs of running vLLM servers (http://HOST:PORT, comma-separated)"
+        )
     elif named or getattr(args, "engine", "builtin") == "vllm":
         kind = "vllm"  # URLs of running vLLM servers, or the older `--engine vllm`
     else:

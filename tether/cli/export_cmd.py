@@ -48,8 +48,8 @@ def run(args: argparse.Namespace) -> int:
             out = export_policy(source, Path(args.out), resolve_model(model), args.merged)
     except ExportError as exc:
         raise SystemExit(f"tether export: {exc}") from None
-    what = "merged model" if args.merged else "adapter"
-    console.print(f"[green]exported[/] {source.relative_to(run_dir.parent)} over {model} as a {what}: {out}")
+    what = "a merged model" if args.merged else "an adapter"
+    console.print(f"[green]exported[/] {source.relative_to(run_dir.parent)} over {model} as {what}: {out}")
     return 0
 
 
@@ -68,8 +68,13 @@ def _policy_folder(run_dir: Path, version: int | None, policy: str | None) -> Pa
     checkpoint = run_dir / "checkpoint" / (policy or "") / "policy"
     if checkpoint.is_dir():
         return checkpoint
-    several = sorted(p.name for p in policies.iterdir() if p.is_dir() and not p.name.startswith("v"))
-    hint = f": name one of {', '.join(several)} with --policy" if several and policy is None else ""
+    folders = policies.iterdir() if policies.is_dir() else iter(())
+    several = sorted(p.name for p in folders if p.is_dir() and not p.name.startswith("v"))
+    hint = (
+        f": name one of {', '.join(several)} with --policy"
+        if several and policy is None
+        else " (one is saved at its first update; a step whose groups all scored alike makes none)"
+    )
     raise SystemExit(f"tether export: run {run_dir.name} has saved no policy yet{hint}")
 
 

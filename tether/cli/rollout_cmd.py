@@ -37,7 +37,8 @@ from tether.runner import (
     load_tasks,
     summarize,
 )
-from tether.runner.driver import NO_CALLS_HINT
+from tether.runner.agents import refuse_missing_script
+from tether.runner.driver import DEFAULT_CAP_HINT, NO_CALLS_HINT
 from tether.runner.rewards import Evaluator, check_reference_reader
 from tether.runner.warm import WarmStarts
 from tether.store import RolloutRequest, Task
@@ -90,6 +91,8 @@ def load_inputs(args: argparse.Namespace) -> tuple[list[Task], Evaluator | None,
         agent = CommandAgent(
             args.agent, cwd=args.agent_cwd, user=args.agent_user, sandbox=sandbox, warm=warm_starts(args)
         )
+        if args.runner == "local":
+            refuse_missing_script(agent)
         for task in tasks:
             agent.argv(task.input)
     except (TaskFileError, RewardError, ValueError) as exc:
@@ -216,8 +219,13 @@ def print_summary(outcomes: Sequence[RolloutOutcome], seconds: float) -> None:
         console.print(
             f"[yellow]{summary['without_calls']} of {summary['rollouts']} rollouts {NO_CALLS_HINT}[/]"
         )
+    if cut := summary["cut_by_default"]:
+        console.print(f"[yellow]{cut} model call{'' if cut == 1 else 's'} {DEFAULT_CAP_HINT}[/]")
     for error in sorted({o.error for o in outcomes if o.error})[:5]:
         console.print(Text.assemble(("error:", "red"), " ", shown(error)))  # the agent's stderr
+    failed = next((o for o in outcomes if o.error), None)
+    if failed is not None:
+        console.print(f"a failed rollout's attempts and output: tether store show {failed.rollout_id}")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -128,15 +128,17 @@ def store_files(url: str | None, project_root: Path) -> list[str]:
 
 
 def scorer_paths(scorers: Sequence[Any], agent: Sequence[str]) -> list[str]:
-    """The folders the scorers' code lives in, or only their files where the agent's own code does too."""
-    folders = {os.path.realpath(os.path.dirname(path)) for path in agent}
+    """The folders the scorers' code lives in, or only their files where the agent's own code lives in
+    that folder too, or below it (an evaluator at a project's top, the agent in a folder of its own)."""
+    folders = [os.path.realpath(os.path.dirname(path)) for path in agent]
     hide: list[str] = []
     for part in scorers:
         for source in evaluator_files(part):
             if source in agent:
                 continue
-            folder = os.path.dirname(os.path.abspath(source))
-            hide.append(source if os.path.realpath(folder) in folders else folder)
+            folder = os.path.realpath(os.path.dirname(os.path.abspath(source)))
+            holds_agent = any(mine == folder or mine.startswith(folder + os.sep) for mine in folders)
+            hide.append(source if holds_agent else os.path.dirname(os.path.abspath(source)))
     return hide
 
 

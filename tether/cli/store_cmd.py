@@ -23,7 +23,7 @@ from tether.config.inspect import (
     StoreMigrationSettings,
     StoreReadSettings,
 )
-from tether.contracts import is_call_span
+from tether.contracts import AGENT_OUTPUT_SPAN, Origin, is_call_span
 from tether.project import Project
 from tether.store import NotFound, RolloutStatus, Store, StoreError, StoreOptions, open_store, rollout_reward
 from tether.store.backends import default_store_url, scheme_of, sqlite_path
@@ -227,6 +227,9 @@ def show_rollout(args: argparse.Namespace) -> int:
     spans = store.query_spans(rollout_id=rollout.id, limit=100000)
     console.print(f"{len(spans)} spans")
     for position, span in enumerate(spans):
+        if span.name == AGENT_OUTPUT_SPAN and span.origin == Origin.RUNNER:
+            _print_agent_output(span)
+            continue
         if not is_call_span(span.name):
             console.print(shown(f"  span {span.name} ({span.status})"))
             continue
@@ -235,6 +238,18 @@ def show_rollout(args: argparse.Namespace) -> int:
             table.add_row(shown(key), shown(value))
         console.print(table)
     return 0
+
+
+def _print_agent_output(span: Span, lines: int = 40) -> None:
+    """A failed attempt's output as the runner kept it: the ends of its stderr and stdout."""
+    console.print(
+        shown(f"  agent output, attempt {span.attempt} (exit code {span.attributes.get('exit_code')})")
+    )
+    for stream in ("stderr", "stdout"):
+        text = str(span.attributes.get(stream) or "").rstrip()
+        if text:
+            console.print(f"  {stream}:")
+            console.print(shown("\n".join("    " + line for line in text.splitlines()[-lines:])))
 
 
 def dump_spans(args: argparse.Namespace) -> int:

@@ -22,7 +22,9 @@ class ServerSettings:
 
     model: str = option(
         "smollm2-135m",
-        "policy model for the built-in engine: smollm2-135m, tiny-random, or a local HF folder",
+        "policy model for the built-in engine: smollm2-135m, tiny-random, or a local HF folder "
+        "(default: $TETHER_MODEL, else smollm2-135m)",
+        env="TETHER_MODEL",
     )
     engine: str = option(
         "builtin",

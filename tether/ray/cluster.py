@@ -149,6 +149,9 @@ def _init_args(address: str | None, local_cpus: float | None) -> dict[str, Any]:
     if address is None:
         cpus = max(float(os.cpu_count() or 1), local_cpus or 0.0)
         args["num_cpus"] = int(cpus)  # logical CPUs: enough for every actor asked for
+        # "local" starts a cluster of its own: without it Ray joins $RAY_ADDRESS or the cluster that
+        # `ray start` last recorded on this machine, which then refuses num_cpus.
+        args["address"] = "local"
     else:
         args["address"] = address
     return args

@@ -98,14 +98,27 @@ _AN_ERROR = re.compile(r"\b\w*(Error|Exception)\b")
 
 
 def error_line(stderr: str) -> str | None:
-    """The line of an agent's stderr that says what went wrong: its last line, unless that is what a
-    runtime prints after the error (Node ends with its version, after the stack), then the last line
-    naming an error or exception."""
+    """The line of an agent's stderr that says what went wrong: the exception ending its last Python
+    traceback (libraries often log more after it: a tracer's retries, a shutdown notice); else its last
+    line, unless that is what a runtime prints after the error (Node ends with its version, after the
+    stack), then the last line naming an error or exception."""
+    exception = _python_exception(stderr.splitlines())
+    if exception is not None:
+        return exception
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
     if not lines or not _AFTER_THE_ERROR.match(lines[-1]):
         return lines[-1] if lines else None
     named = [line for line in lines if _AN_ERROR.search(line) and not _AFTER_THE_ERROR.match(line)]
     return named[-1] if named else lines[-1]
+
+
+def _python_exception(lines: list[str]) -> str | None:
+    """The `Type: message` line after the frames of the last traceback in `lines` (frames are indented)."""
+    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last):")]
+    if not starts:
+        return None
+    after = (line.strip() for line in lines[starts[-1] + 1 :] if line.strip() and not line[0].isspace())
+    return next(after, None)
 
 
 class CommandAgent:
@@ -351,6 +364,25 @@ def _refuse_reference_placeholders(argv_template: list[str]) -> None:
         raise ValueError(
             f"the agent command uses {{{TASK_REFERENCE}}}: a task's {TASK_REFERENCE!r} is for the evaluator "
             "only and never reaches the agent (docs/security.md); pass the agent its other fields"
+        )
+
+
+SCRIPT_SUFFIXES = (".py", ".js", ".mjs", ".cjs", ".ts", ".sh")
+
+
+def refuse_missing_script(agent: CommandAgent) -> None:
+    """A script the command runs here (its first argument that is not an option) must exist: else every
+    attempt would fail the same way, with a path in the agent's scratch directory that says nothing.
+    (Agents run elsewhere, in a Job's image, name paths of that image: not checked.)"""
+    argv, cwd = agent.argv_template, agent.cwd
+    script = next((part for part in argv[1:] if not part.startswith("-")), None)
+    if script is None or "{" in script or not script.endswith(SCRIPT_SUFFIXES):
+        return
+    where = cwd or os.getcwd()
+    if not os.path.exists(os.path.join(where, script)):
+        raise ValueError(
+            f"the agent command runs {script}, which is not a file in {where}: give its path from "
+            "there, or an absolute one" + ("" if cwd is None else " (--agent-cwd is where it runs)")
         )
 
 

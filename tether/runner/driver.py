@@ -36,6 +36,7 @@ class RolloutOutcome:
     error: str | None = None
     task_id: str = ""
     sample: int = 0
+    cut_by_default: int = 0  # calls cut at the server's own output cap: their request named no max_tokens
     # Everything recorded for the rollout, read once when it finished: what consumes the outcome (the
     # trainer's transitions) reads it from here, not from the store again. None where not read whole.
     record: RolloutRecord | None = field(default=None, repr=False, compare=False)
@@ -89,7 +90,23 @@ def _outcome(rollout: Rollout, rewards: Sequence[Reward], spans: Sequence[Span])
         rollout.error,
         rollout.task_id,
         rollout.sample,
+        sum(_cut_by_default(span) for span in calls),
     )
+
+
+OUTPUT_CAPS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
+DEFAULT_CAP_HINT = (
+    "stopped at the policy server's own output cap, their requests naming none (the built-in engine's is "
+    "512 tokens): set max_tokens in the agent's client or its framework's output-token setting"
+)
+
+
+def _cut_by_default(span: Span) -> bool:
+    request = span.attributes.get(CallAttr.REQUEST)
+    if not isinstance(request, dict) or any(request.get(key) is not None for key in OUTPUT_CAPS):
+        return False
+    choices = span.attributes.get(CallAttr.CHOICES) or []
+    return any(isinstance(c, dict) and c.get("finish_reason") == "length" for c in choices)
 
 
 class Driver:
@@ -178,4 +195,5 @@ def summarize(outcomes: Sequence[RolloutOutcome]) -> dict[str, Any]:
         "calls_per_rollout": statistics.fmean(o.calls for o in outcomes) if total else 0.0,
         "completion_tokens": sum(o.completion_tokens for o in outcomes),
         "without_calls": without_calls(outcomes),
+        "cut_by_default": sum(o.cut_by_default for o in outcomes),
     }

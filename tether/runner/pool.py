@@ -13,12 +13,13 @@ import contextlib
 import logging
 import os
 import socket
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import orjson
 
-from tether.contracts import agent_task
+from tether.contracts import AGENT_OUTPUT_SPAN, Origin, agent_task
 from tether.limits import ATTEMPT_SPANS_READ
 from tether.runner.agents import LLM, Agent, AgentResult
 from tether.runner.rewards import AIRRules, Evaluator, RewardError, air_rewards, attributed, evaluate
@@ -228,6 +229,8 @@ class WorkerPool:
                 await asyncio.to_thread(self.store.add_spans, scoring)
         if rewards:
             await asyncio.to_thread(self.store.add_rewards, rewards)
+        if not result.ok and (result.stdout or result.stderr):
+            await asyncio.to_thread(self.store.add_spans, [_output_span(rollout.id, attempt, result)])
         if result.timed_out:
             status = RolloutStatus.timed_out
         else:
@@ -250,3 +253,19 @@ class WorkerPool:
             )
         except (InvalidTransition, NotFound):  # finished by someone else meanwhile (e.g. cancelled)
             return None
+
+
+def _output_span(rollout_id: str, attempt: int, result: AgentResult) -> Span:
+    """What a failed agent printed, kept for whoever runs it (`tether store show`, the dashboard): the
+    error names one line, this holds the rest. Never shown to scorers, never trained on."""
+    at = time.time()
+    return Span(
+        rollout_id=rollout_id,
+        attempt=attempt,
+        name=AGENT_OUTPUT_SPAN,
+        start_time=at,
+        end_time=at,
+        status="error",
+        origin=Origin.RUNNER,
+        attributes={"exit_code": result.exit_code, "stdout": result.stdout, "stderr": result.stderr},
+    )
