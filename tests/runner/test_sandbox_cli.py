@@ -270,3 +270,73 @@ def test_the_sandbox_with_the_kubernetes_runner_is_refused_naming_the_jobs_bound
     with pytest.raises(SystemExit, match="with --runner k8s the Job's pod is the boundary") as refused:
         main(args)
     assert "\n" not in str(refused.value)
+
+
+VIEW_PROBE = """
+import json, pathlib, socket
+found = {}
+for name, path in json.loads(pathlib.Path(__file__).with_name("targets.json").read_text()).items():
+    if name == "socket":
+        try:
+            with socket.socket(socket.AF_UNIX) as client:
+                client.connect(path)
+            found[name] = "connected"
+        except OSError as exc:
+            found[name] = type(exc).__name__
+        continue
+    try:
+        with open(path, "rb") as handle:
+            found[name] = "read" if handle.read() else "empty"
+    except OSError as exc:
+        found[name] = type(exc).__name__
+print(json.dumps(found))
+"""
+
+
+def test_by_default_the_agent_sees_no_history_store_secret_or_socket_of_the_host(
+    outside_tmp: Path, upstream_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Through `tether rollout` without a sandbox flag (the default: bwrap here): the project's git history,
+    a store kept outside the project, /etc's secrets, another project's secret and a Unix socket outside
+    /tmp are each out of the agent's reach; with `--sandbox none` the same agent reaches every one."""
+    other = outside_tmp / "other-project" / ".tether"
+    other.mkdir(parents=True)
+    (other / "secret").write_text("another project's secret")
+    sockets = outside_tmp / "sockets"  # a socket folder outside /tmp and /run, as PostgreSQL's may be
+    sockets.mkdir()
+    listening = socket.socket(socket.AF_UNIX)
+    listening.bind(str(sockets / "db.sock"))
+    listening.listen()
+    seen: dict[str, dict[str, str]] = {}
+    try:
+        for kind, extra in (("default", []), ("plain", ["--sandbox", "none"])):
+            project = outside_tmp / kind
+            (project / ".git").mkdir(parents=True)
+            (project / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+            (project / "agent").mkdir()
+            (project / "agent" / "probe.py").write_text(VIEW_PROBE)
+            store = outside_tmp / f"{kind}-store" / "store.db"
+            store.parent.mkdir()
+            targets = {
+                "git_history": str(project / ".git" / "HEAD"),
+                "store": str(store),
+                "etc_shadow": "/etc/shadow",
+                "other_project": str(other / "secret"),
+                "socket": str(sockets / "db.sock"),
+            }
+            (project / "agent" / "targets.json").write_text(json.dumps(targets))
+            agent = f"{PYTHON} {project / 'agent' / 'probe.py'}"
+            args = ["rollout", "--agent", agent, "--tasks", str(one_task(project))]
+            args += ["--upstream", upstream_url, "--store", str(store), "--project-dir", str(project)]
+            args += ["--run", "view", *extra]
+            assert main(args) == 0
+            [rollout] = SQLiteStore(store).list_rollouts(run="view", limit=10)
+            seen[kind] = json.loads(rollout.output or "{}")
+    finally:
+        listening.close()
+    capsys.readouterr()
+    reached = {"git_history": "read", "store": "read", "etc_shadow": "read", "other_project": "read"}
+    assert seen["plain"] == {**reached, "socket": "connected"}  # as root, unsandboxed: everything
+    hidden = {"FileNotFoundError", "PermissionError", "empty"}
+    assert all(seen["default"][name] in hidden for name in reached), seen["default"]
+    assert seen["default"]["socket"] in {"FileNotFoundError", "ConnectionRefusedError", "PermissionError"}
