@@ -298,6 +298,16 @@ def test_the_memory_limit_stops_a_large_allocation(start: Start) -> None:
     assert inside == {"allocated": False} and outside == {"allocated": True}
 
 
+def test_the_scratch_directory_holds_what_its_size_allows(
+    start: Start,
+) -> None:
+    inside = seen(start.agent(probe("scratch", 24), sandbox=sandbox(limits=SandboxLimits(scratch_mib=8))))
+    roomy = seen(start.agent(probe("scratch", 24), sandbox=sandbox(limits=SandboxLimits(scratch_mib=64))))
+    start.check()
+    assert inside["error"] == "ENOSPC" and inside["written_mib"] <= 8
+    assert roomy == {"written_mib": 24, "error": None, "cwd": roomy["cwd"]}
+
+
 def test_the_cpu_limit_kills_a_spinning_agent(start: Start) -> None:
     result = run(start.agent(probe("spin"), sandbox=sandbox(limits=SandboxLimits(cpu_s=1))))
     start.check()

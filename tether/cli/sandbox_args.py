@@ -36,6 +36,7 @@ SANDBOX_ONLY = (
     "--sandbox-cpu",
     "--sandbox-memory",
     "--sandbox-processes",
+    "--sandbox-scratch",
 )
 
 
@@ -95,9 +96,17 @@ def _runs_here(sandbox: Sandbox, args: argparse.Namespace, given: list[str]) -> 
 
 
 def limits_from_args(args: argparse.Namespace) -> SandboxLimits:
-    given = dict(cpu_s=args.sandbox_cpu, memory_mib=args.sandbox_memory, processes=args.sandbox_processes)
+    given = dict(
+        cpu_s=args.sandbox_cpu,
+        memory_mib=args.sandbox_memory,
+        processes=args.sandbox_processes,
+        scratch_mib=args.sandbox_scratch,
+    )
     if any(value is not None and value < 0 for value in given.values()):
-        raise ValueError("--sandbox-cpu, --sandbox-memory and --sandbox-processes must be >= 0 (0: no limit)")
+        raise ValueError(
+            "--sandbox-cpu, --sandbox-memory, --sandbox-processes and --sandbox-scratch must be >= 0 "
+            "(0: no limit)"
+        )
     return dataclasses.replace(DEFAULTS, **{key: value for key, value in given.items() if value is not None})
 
 

@@ -180,6 +180,14 @@ class SandboxSettings:
         flags=("--sandbox-processes",),
         dest="sandbox_processes",
     )
+    scratch: int | None = option(
+        None,
+        "what the agent may write in its scratch directory (its HOME and TMPDIR), a tmpfs of this size, "
+        "so memory rather than the host's disk (default 1024); 0: the host's folder, unlimited",
+        metavar="MIB",
+        flags=("--sandbox-scratch",),
+        dest="sandbox_scratch",
+    )
 
 
 @dataclass

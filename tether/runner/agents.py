@@ -218,7 +218,8 @@ class CommandAgent:
         return self.warm.sandbox_folder(self.identity)
 
     async def _run(self, argv: list[str], cwd: str, env: Mapping[str, str], timeout_s: float) -> AgentResult:
-        command = Command(argv, cwd, {**self.env, **env}, agent_environment(os.environ), self.identity)
+        inherited = agent_environment(os.environ)
+        command = Command(argv, cwd, {**self.env, **env}, inherited, self.identity, scratch=self.cwd is None)
         try:
             if self.warm is not None:
                 result = await self._run_warm(command, timeout_s)

@@ -55,6 +55,7 @@ class Command:
     env: dict[str, str]
     inherited: dict[str, str] = field(default_factory=dict)
     identity: dict[str, Any] = field(default_factory=dict)
+    scratch: bool = False  # `cwd` is Tether's own empty directory for this attempt (not --agent-cwd)
 
 
 class Sandbox(Protocol):
@@ -82,11 +83,13 @@ class NoSandbox:
 @dataclass(frozen=True)
 class SandboxLimits:
     """Per process (setrlimit), 0 for none. RLIMIT_NPROC is the sandbox's whole process (and thread)
-    count; the kernel does not apply it to uid 0, so as root it needs `--agent-user`."""
+    count; the kernel does not apply it to uid 0, so as root it needs `--agent-user`. `scratch_mib` caps
+    what the agent writes in its scratch directory, a tmpfs of that size (0: the host's folder, bound)."""
 
     cpu_s: int = 600
     memory_mib: int = 4096
     processes: int = 256
+    scratch_mib: int = 1024
 
 
 @dataclass(frozen=True)
@@ -101,6 +104,7 @@ class SandboxOptions:
 # What every sandboxed agent gets from Tether's environment, besides Tether's own variables for it.
 PASSED_NAMES = frozenset({"PATH", "LANG", "LANGUAGE", "TZ", "TERM"})
 PASSED_PREFIXES = ("LC_",)
+MIB = 1024 * 1024
 INNER_FALLBACK_PORT = 8080  # the gateway's own port unless it is privileged (< 1024) inside the sandbox
 # A process without CAP_SETFCAP may not map uid 0 into a user namespace it creates (Linux 5.12 and later),
 # so as root a warm zygote, which has no capability, is this uid in its sandbox (still root outside).
@@ -239,6 +243,7 @@ class BwrapSandbox:
                 settings = {
                     "folder": folder,
                     "scratch": os.path.realpath(command.cwd),
+                    "scratch_bytes": self.options.limits.scratch_mib * MIB,
                     "relay": self._relay_options(relay_dir, inner_port if served else None),
                     "uid": command.identity.get("user", os.getuid()),
                     "gid": command.identity.get("group", os.getgid()),
@@ -255,13 +260,15 @@ class BwrapSandbox:
         is not one rollout's own, and the warm folder, read-write."""
         ready = self._ready[command.identity.get("user")]
         as_root = command.identity.get("user") is None and os.geteuid() == 0
-        return zygote_argv(ready, self._layout(replace(command, cwd=folder), folder, []), as_root)
+        warm_folder = replace(command, cwd=folder, scratch=False)  # Tether's, shared: the host's folder
+        return zygote_argv(ready, self._layout(warm_folder, folder, []), as_root)
 
     def _layout(self, command: Command, relay_dir: str, programs: list[str]) -> Layout:
         hide = tuple(existing(self.options.hide))
         path_env = {**command.inherited, **command.env}.get("PATH")
         shown = shown_paths(command.argv, path_env, programs, self.options.show, hide)
-        return Layout(os.path.realpath(command.cwd), relay_dir, hide, shown)
+        size = self.options.limits.scratch_mib * MIB if command.scratch else 0
+        return Layout(os.path.realpath(command.cwd), relay_dir, hide, shown, scratch_bytes=size)
 
     def _relay(self, ready: Ready, relay_dir: str, port: int | None) -> list[str]:
         """The relay, which listens on the sandbox's loopback, sets the limits and runs the agent."""

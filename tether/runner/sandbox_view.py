@@ -51,6 +51,7 @@ class Layout:
     relay_dir: str
     hide: tuple[str, ...] = ()
     shown: tuple[str, ...] = ()
+    scratch_bytes: int = 0  # > 0: the scratch directory is an empty tmpfs of this size, else the host's
 
 
 def mounts(layout: Layout, proc: list[str]) -> list[str]:
@@ -68,8 +69,12 @@ def mounts(layout: Layout, proc: list[str]) -> list[str]:
     covered = [p for p in layout.hide if under(p, layout.shown) and not under(p, [layout.scratch])]
     again = [p for p in layout.hide if under(p, [layout.scratch])]  # the scratch's bind shows them again
     argv += _hiding(covered, empty)
-    argv += ["--bind", layout.scratch, layout.scratch]
-    argv += _hiding(again, empty)
+    if layout.scratch_bytes:  # nothing of the host's folder in it: nothing to hide again either
+        argv += ["--size", str(layout.scratch_bytes), "--perms", "0777", "--tmpfs", layout.scratch]
+        again = []
+    else:
+        argv += ["--bind", layout.scratch, layout.scratch]
+        argv += _hiding(again, empty)
     hidden_dirs = (p for p in [*covered, *again] if os.path.isdir(p))
     for folder in dict.fromkeys([*shared, *hidden_dirs, "/dev", "/"]):
         argv += ["--remount-ro", folder]

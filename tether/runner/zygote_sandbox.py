@@ -71,7 +71,7 @@ def confine(settings: dict[str, Any], relay: ModuleType, relay_dir: int | None) 
     _map_ids(0, zygote_uid, 0, zygote_gid)  # root here, so that devpts can be mounted
     socket.sethostname(HOSTNAME)
     _loopback_up()
-    _mount_own_files(settings["folder"], settings["scratch"])
+    _mount_own_files(settings["folder"], settings["scratch"], settings.get("scratch_bytes", 0))
     _exit_after(os.fork())  # C1 waits; C2 goes on, as PID 1 of the new PID namespace
     _die_with_parent()
     os.setsid()  # as bwrap's --new-session
@@ -141,15 +141,21 @@ def trial(folder: str, relay: ModuleType) -> str | None:
 # -- the child, C1 ------------------------------------------------------------------------------------
 
 
-def _mount_own_files(folder: str, scratch: str) -> None:
+def _mount_own_files(folder: str, scratch: str, scratch_bytes: int = 0) -> None:
     """The warm folder (every rollout's scratch directory, the zygote's socket) covered by an empty
-    tmpfs that shows only this rollout's own; /dev/shm and /dev/pts of its own."""
+    tmpfs that shows only this rollout's own, itself a tmpfs of `scratch_bytes` where that is given;
+    /dev/shm and /dev/pts of its own."""
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     if os.path.dirname(scratch) != folder:
         raise SetupError(f"{scratch} is not in the warm folder {folder}")
     scratch_fd = _open_path(scratch)  # before the folder is covered
     _mount("tmpfs", folder, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755")
-    _bind(scratch_fd, scratch)
+    if scratch_bytes:
+        os.close(scratch_fd)
+        os.mkdir(scratch, 0o755)
+        _mount("tmpfs", scratch, "tmpfs", MS_NOSUID | MS_NODEV, f"mode=0777,size={scratch_bytes}")
+    else:
+        _bind(scratch_fd, scratch)
     _remount_read_only(folder)
     _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, SHM_OPTIONS)
     _mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=620")

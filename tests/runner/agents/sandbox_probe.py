@@ -1,6 +1,7 @@
 """A hostile agent that tries the holes a sandbox must close, chosen by the first argument. It prints
 one JSON line of what it managed (standard library only: it also runs under /usr/bin/python3)."""
 
+import errno
 import json
 import os
 import socket
@@ -126,6 +127,22 @@ def memory(mib):
     except MemoryError:
         return {"allocated": False}
     return {"allocated": len(block) > 0}
+
+
+def scratch(mib):
+    """Write `mib` MiB into the scratch directory (the working directory), 1 MiB at a time; how far it got."""
+    chunk = b"x" * (1024 * 1024)
+    written = 0
+    try:
+        with open("fill.bin", "wb") as out:
+            for _ in range(int(mib)):
+                out.write(chunk)
+                out.flush()
+                written += 1
+            os.fsync(out.fileno())
+    except OSError as exc:
+        return {"written_mib": written, "error": errno.errorcode.get(exc.errno, str(exc.errno))}
+    return {"written_mib": written, "error": None, "cwd": os.getcwd()}
 
 
 def spin():
@@ -270,6 +287,7 @@ MODES = {
     "network": network,
     "fork": fork,
     "memory": memory,
+    "scratch": scratch,
     "spin": spin,
     "daemon": daemon,
     "daemon-loop": daemon_loop,
