@@ -11,8 +11,9 @@ the rows they answer, and the SQL statements under them:
 
 - before: per rollout, what `build_transitions` (get_rollout, query_spans, query_rewards) and
   `stage_stats` (list_attempts, query_spans) read: 5 calls per rollout;
-- after: one `read_rollouts` of the step's rollouts (a statement per table), made by the driver as they
-  finish and handed on with their outcomes, then `transitions_of` and `stage_stats_of` on the records.
+- after: one `read_rollouts` of the step's rollouts (a statement per table), made by the driver once
+  the last has finished (`RunnerConfig.read_once`, as the trainer runs it) and handed on with their
+  outcomes, then `transitions_of` and `stage_stats_of` on the records.
   Before it, the driver also read 2 calls per rollout for the outcomes (query_rewards, query_spans),
   which the "before" counts leave out.
 

@@ -62,7 +62,9 @@ SHORT = {
         "RAG_DEMOS": "24",
     },
 }
-VAL_K = 2  # each validation's coverage: 2 samples of every held-out task beside the greedy one
+# Each validation's coverage: k samples of every held-out task beside the greedy one. Measured on rag's
+# pipeline; sql's validations stay greedy only, which saves the suite about a fifth of its pipeline's time.
+VAL_K = {"sql": 0, "rag": 2}
 SQL_BLOCK = re.compile(r"\s*```sql[ \t]*\n\s*(?:select|with)\b[^`]*```", re.IGNORECASE)
 
 
@@ -141,7 +143,7 @@ def test_the_short_pipeline_learns_answers_and_format_after_sft_without_the_teac
         f"{prefix}_TASKS_PER_STEP": "1",
         f"{prefix}_SIGNAL_GROUPS": "0",  # one plain GRPO step: the test is about SFT
         f"{prefix}_SEEDS": "0",
-        f"{prefix}_VAL_K": str(VAL_K),
+        f"{prefix}_VAL_K": str(VAL_K[name]),
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
     }
     done = subprocess.run(
@@ -158,7 +160,7 @@ def test_the_short_pipeline_learns_answers_and_format_after_sft_without_the_teac
 def assert_claims(name: str, project: Path, printed: str) -> None:
     """The checks on a finished short pipeline's project: its summary, its held-out rollouts and the
     teacher's conversations."""
-    prefix, claims = name.upper(), Claims(name)
+    prefix, claims, k = name.upper(), Claims(name), VAL_K[name]
 
     # the summary: one row for the one seed, every score with an interval around it
     summary = json.loads((project / "pipeline-summary.json").read_text())
@@ -168,11 +170,14 @@ def assert_claims(name: str, project: Path, printed: str) -> None:
         low, high = row[key]["interval"]
         assert low <= row[key]["score"] <= high, (key, row)
     for phase, coverage in row["coverage"].items():  # greedy pass@1, and pass@k, mean@k of k samples
-        assert coverage["k"] == VAL_K, phase
+        if not k:  # greedy validations only: nothing sampled
+            assert coverage is None or "pass_at_k" not in coverage, (phase, coverage)
+            continue
+        assert coverage["k"] == k, phase
         for key in ("pass_at_1", "pass_at_k", "mean_at_k"):
             low, high = coverage[key]["interval"]
             assert low <= coverage[key]["score"] <= high, (phase, key, coverage)
-    assert f"pass@{VAL_K}" in printed
+    assert not k or f"pass@{k}" in printed
 
     rollouts = finished(project)
     validations: dict[int, dict[str, Finished]] = {}  # the greedy ones
@@ -184,8 +189,9 @@ def assert_claims(name: str, project: Path, printed: str) -> None:
                 sampled.setdefault(step, []).append(rollout.rollout.task_id)
             else:
                 validations.setdefault(step, {})[rollout.rollout.task_id] = rollout
-    assert sorted(validations) == sorted(sampled) == [0, SFT_STEPS, SFT_STEPS + 1]
-    assert all(sorted(tasks) == sorted(list(validations[step]) * VAL_K) for step, tasks in sampled.items())
+    assert sorted(validations) == [0, SFT_STEPS, SFT_STEPS + 1]
+    assert sorted(sampled) == (sorted(validations) if k else [])
+    assert all(sorted(tasks) == sorted(list(validations[step]) * k) for step, tasks in sampled.items())
     base, after_sft = validations[0], validations[SFT_STEPS]
     validated = [r.rollout.input for r in base.values()]
     assert set(base) == set(after_sft) and len(validated) == int(SHORT[name][f"{prefix}_VAL"])

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -116,13 +116,18 @@ class Driver:
         run: str | None = None,
         on_change: Callable[[], None] | None = None,
         agent_rewards: bool = True,
+        read_once: bool = False,
     ):
         self.store = store
         self.run = run
         self.on_change = on_change
         self.agent_rewards = agent_rewards
+        # False: each batch of rollouts that finish together is read as it finishes (a live reward
+        # mean); True: statuses as they finish, and one read of every record once all have (a step's).
+        self.read_once = read_once
         self.stats = RunnerStats()
         self._counted: set[str] = set()
+        self._rewarded: set[str] = set()
 
     async def submit(self, requests: Sequence[RolloutRequest]) -> list[Rollout]:
         """Enqueue the requests under this driver's run. Keyed requests that the run already has are
@@ -141,32 +146,46 @@ class Driver:
         waiting is hopeless (e.g. every local worker died): it raises RuntimeError with that reason."""
         ids = list(rollout_ids)
         outcomes: dict[str, RolloutOutcome] = {}
-        while len(outcomes) < len(set(ids)):
-            pending = [i for i in dict.fromkeys(ids) if i not in outcomes]
+        done: set[str] = set()
+        while len(done) < len(set(ids)):
+            pending = [i for i in dict.fromkeys(ids) if i not in done]
             finished = await asyncio.to_thread(self.store.wait_for, pending, PROGRESS_S)
-            if finished:  # one read of everything recorded for the rollouts that finished since the last
-                records = await asyncio.to_thread(self.store.read_rollouts, [r.id for r in finished])
-                self.stats.store_reads += 1
-                for outcome in outcomes_of(records):
-                    outcomes[outcome.rollout_id] = outcome
-                    self._count(outcome)
+            done.update(rollout.id for rollout in finished)
+            if finished and not self.read_once:  # one read of what finished since the last
+                outcomes.update(await self._read([r.id for r in finished]))
+                self._count_rewards(outcomes.values())
+            for rollout in finished:
+                self._count_status(rollout.id, rollout.status)
             if finished and self.on_change is not None:
                 self.on_change()
-            reason = failure() if failure is not None and len(outcomes) < len(set(ids)) else None
+            reason = failure() if failure is not None and len(done) < len(set(ids)) else None
             if reason is not None:
                 raise RuntimeError(reason)
+        if self.read_once:
+            outcomes = await self._read(list(dict.fromkeys(ids)))
+            self._count_rewards(outcomes.values())
         return [outcomes[i] for i in ids]
 
-    def _count(self, outcome: RolloutOutcome) -> None:
-        if outcome.rollout_id in self._counted:
+    async def _read(self, rollout_ids: list[str]) -> dict[str, RolloutOutcome]:
+        """Everything recorded for these finished rollouts, in one read, as their outcomes."""
+        records = await asyncio.to_thread(self.store.read_rollouts, rollout_ids)
+        self.stats.store_reads += 1
+        return {outcome.rollout_id: outcome for outcome in outcomes_of(records)}
+
+    def _count_rewards(self, outcomes: Iterable[RolloutOutcome]) -> None:
+        for outcome in outcomes:
+            if outcome.reward is not None and outcome.rollout_id not in self._rewarded:
+                self._rewarded.add(outcome.rollout_id)
+                self.stats.rewards.append(outcome.reward)
+
+    def _count_status(self, rollout_id: str, status: RolloutStatus) -> None:
+        if rollout_id in self._counted:
             return
-        self._counted.add(outcome.rollout_id)
-        if outcome.status == RolloutStatus.succeeded:
+        self._counted.add(rollout_id)
+        if status == RolloutStatus.succeeded:
             self.stats.succeeded += 1
         else:
             self.stats.failed += 1
-        if outcome.reward is not None:
-            self.stats.rewards.append(outcome.reward)
 
 
 # Why a finished rollout has no model call: its agent never reached the gateway.

@@ -75,6 +75,9 @@ class RunnerConfig:
     agent_rewards: bool | None = None
     air: AIRRules = field(default_factory=AIRRules)
     worker_prefix: str = "worker"
+    # How the driver reads finished rollouts: as each batch finishes (a live reward mean), or all of a
+    # run's request at once when the last has finished (a training step's one store read).
+    read_once: bool = False
 
 
 def worker_id(prefix: str, index: int) -> str:

@@ -59,9 +59,8 @@ class Runner:
         self.on_update = on_update
         self.pool = (pools or WorkerPool)(store, agent, endpoints, evaluator, self.config, run, self._notify)
         agent_rewards = self.config.agent_rewards
-        self.driver = Driver(
-            store, run, self._notify, evaluator is None if agent_rewards is None else agent_rewards
-        )
+        own_rewards = evaluator is None if agent_rewards is None else agent_rewards
+        self.driver = Driver(store, run, self._notify, own_rewards, read_once=self.config.read_once)
 
     @property
     def run_name(self) -> str | None:

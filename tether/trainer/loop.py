@@ -158,6 +158,7 @@ class Trainer:
                         primary_reward=config.primary_reward,
                         agent_rewards=config.agent_rewards,
                         air=AIRRules() if config.air else AIRRules.off(),
+                        read_once=True,  # a step's rollouts read once, when the last has finished
                     ),
                     run=None if self.run is None else self.run.name,
                     pools=self.pools,
