@@ -40,6 +40,9 @@ class Origin:
 
 
 AGENT_OUTPUT_SPAN: Final = "agent.output"  # a failed attempt's stdout and stderr (their ends), exit code
+# A model call the gateway refused before any upstream answered it (a cap, a field the engine cannot
+# honour): its request and error, origin gateway, charged to the agent's span quota. Not a call span.
+REFUSED_CALL_SPAN: Final = "gateway.refused"
 
 
 class CallAttr:

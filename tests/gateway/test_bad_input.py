@@ -1,4 +1,5 @@
-"""Bad requests get an OpenAI-style 4xx that says what is wrong, and nothing is recorded."""
+"""Bad requests get an OpenAI-style 4xx that says what is wrong, and no model call is recorded: at most the
+refusal, kept as a `gateway.refused` span of its attempt when the request named one."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import openai
 import pytest
 
 from tests.rigs import GatewayRig
+from tether.contracts import REFUSED_CALL_SPAN
 from tether.store import RolloutStatus
 
 CHAT = {"model": "policy", "messages": [{"role": "user", "content": "hi"}]}
@@ -28,7 +30,7 @@ def error_of(response: httpx.Response) -> dict:
 
 
 def assert_nothing_recorded(rig: GatewayRig) -> None:
-    assert rig.store.query_spans() == []
+    assert {span.name for span in rig.store.query_spans()} <= {REFUSED_CALL_SPAN}  # no model call
     assert rig.behaviour.requests == []
 
 

@@ -10,7 +10,8 @@ import openai
 import pytest
 
 from tests.rigs import GatewayRig
-from tether.contracts import DEFAULT_MAX_TOKENS_CAP, DEFAULT_N_CAP
+from tether.contracts import DEFAULT_MAX_TOKENS_CAP, DEFAULT_N_CAP, REFUSED_CALL_SPAN, CallAttr, is_call_span
+from tether.limits import AgentQuota
 
 CHAT = {"model": "policy", "messages": [{"role": "user", "content": "hi"}]}
 ROUTES: dict[str, dict[str, Any]] = {
@@ -54,7 +55,30 @@ def test_a_call_over_a_cap_is_refused_naming_the_field_and_the_cap(
     if route != "messages":  # Anthropic's error shape has no param or code
         error = response.json()["error"]
         assert error["param"] == name and error["code"] == "integer_above_max_value"
-    assert rig.behaviour.requests == [] and rig.store.query_spans(rollout_id=rollout_id) == []
+    assert rig.behaviour.requests == []  # never reached the model
+    # ...and the refusal is kept, so a run shows it: the request as sent and the error, not a model call
+    [refusal] = rig.store.query_spans(rollout_id=rollout_id)
+    assert refusal.name == REFUSED_CALL_SPAN and not is_call_span(refusal.name)
+    request = refusal.attributes[CallAttr.REQUEST]  # its scalar fields; of the others, only their kind
+    assert request[name] == value and not any(isinstance(v, dict | list) for v in request.values())
+    assert refusal.status == "error" and refusal.status_message == message
+
+
+def test_refused_calls_are_kept_only_within_the_attempts_span_quota(rig: GatewayRig) -> None:
+    """An agent cannot grow the store by being refused: the refusals' spans are charged to its quota,
+    beyond which they are answered the same but not kept."""
+    rig.gateway.span_ledger.quota = AgentQuota(max_spans=2)
+    rollout_id, base_url, key = rig.session()
+    over = {**CHAT, "max_tokens": DEFAULT_MAX_TOKENS_CAP + 1}
+    for _ in range(4):
+        response = httpx.post(
+            f"{base_url}/chat/completions", json=over, headers={"Authorization": f"Bearer {key}"}
+        )
+        assert response.status_code == 400
+    assert [span.name for span in rig.store.query_spans(rollout_id=rollout_id)] == [REFUSED_CALL_SPAN] * 2
+    served = httpx.post(f"{base_url}/chat/completions", json=CHAT, headers={"Authorization": f"Bearer {key}"})
+    assert served.status_code == 200  # the model calls it makes are recorded whatever its quota
+    assert sum(is_call_span(span.name) for span in rig.store.query_spans(rollout_id=rollout_id)) == 1
 
 
 def test_a_call_at_the_caps_is_served(rig: GatewayRig) -> None:

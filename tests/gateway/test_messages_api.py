@@ -15,6 +15,7 @@ from tests.gateway.dialect_helpers import call_through_pause, only_span
 from tests.gateway.scripted_upstream import FIRST_TOKEN_ID, PROMPT_IDS, Script, ScriptedCall, scripted_rig
 from tests.rigs import GatewayRig
 from tether.adapters.build import build_transitions
+from tether.contracts import REFUSED_CALL_SPAN
 
 WEATHER_TOOL = {
     "name": "get_weather",
@@ -231,7 +232,8 @@ def test_unsupported_or_bad_fields_give_anthropic_400(
     assert isinstance(error, dict) and error["type"] == "error"
     assert error["error"]["type"] == "invalid_request_error"
     assert param in error["error"]["message"]
-    assert script.requests == [] and srig.store.query_spans(rollout_id=rollout_id) == []
+    assert script.requests == []  # no model call; the refusal kept, with its error
+    assert [s.name for s in srig.store.query_spans(rollout_id=rollout_id)] == [REFUSED_CALL_SPAN]
 
 
 def test_errors_have_anthropic_shape(srig: GatewayRig) -> None:

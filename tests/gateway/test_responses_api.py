@@ -15,6 +15,7 @@ from tests.gateway.dialect_helpers import call_through_pause, only_span, wait_fo
 from tests.gateway.scripted_upstream import FIRST_TOKEN_ID, PROMPT_IDS, Script, ScriptedCall, scripted_rig
 from tests.rigs import GatewayRig
 from tether.adapters.build import build_transitions
+from tether.contracts import REFUSED_CALL_SPAN
 
 WEATHER_TOOL = {
     "type": "function",
@@ -231,7 +232,8 @@ def test_unsupported_or_bad_fields_give_400_naming_them(
     error = raised.value.body
     assert isinstance(error, dict) and error["param"] == param
     assert param.split("[")[0].split(".")[0] in error["message"]
-    assert script.requests == [] and srig.store.query_spans(rollout_id=rollout_id) == []
+    assert script.requests == []  # no model call; the refusal kept, with its error
+    assert [s.name for s in srig.store.query_spans(rollout_id=rollout_id)] == [REFUSED_CALL_SPAN]
 
 
 def test_store_false_is_accepted(srig: GatewayRig) -> None:

@@ -29,7 +29,7 @@ from tether.adapters import build_transitions
 from tether.algorithms import Sample
 from tether.algorithms.advantages import UnreproducibleSampling, assign_advantages
 from tether.compose import create_app
-from tether.contracts import CallAttr
+from tether.contracts import REFUSED_CALL_SPAN, CallAttr
 from tether.gateway import Gateway, GatewayConfig
 from tether.learner.policy import PolicyTrainer, TrainConfig
 from tether.policy_server.vllm.replica import Replica, check_capabilities
@@ -65,6 +65,12 @@ def sampler_of_span(rig: GatewayRig, rollout_id: str) -> Sampler:
 
 
 # -- the parameters ------------------------------------------------------------------------------------
+
+
+def refusals_only(rig: GatewayRig, rollout_id: str) -> bool:
+    """Whether the rollout's spans are refusals only (kept with their errors): no model call recorded."""
+    spans = rig.store.query_spans(rollout_id=rollout_id)
+    return bool(spans) and all(span.name == REFUSED_CALL_SPAN for span in spans)
 
 
 def test_only_non_neutral_parameters_are_named() -> None:
@@ -167,7 +173,7 @@ def test_the_built_in_engine_refuses_what_it_cannot_apply_by_name(
     assert isinstance(error, dict)
     assert "repetition_penalty=1.3, logit_bias" in error["message"] and "built-in engine" in error["message"]
     assert error["param"] == "repetition_penalty"
-    assert engine_rig.store.query_spans(rollout_id=rollout_id) == []  # nothing was generated
+    assert refusals_only(engine_rig, rollout_id)  # nothing was generated; the refusals are kept
 
     # Neutral values are what many clients send by default: served, and recorded as reproducible.
     served, base_url, key = engine_rig.session()
@@ -189,7 +195,7 @@ def test_the_built_in_engine_refuses_json_output_it_cannot_constrain(
     error = caught.value.body
     assert isinstance(error, dict) and error["param"] == "response_format"
     assert f"response_format {response_format['type']!r}" in error["message"]
-    assert engine_rig.store.query_spans(rollout_id=rollout_id) == []  # nothing was generated
+    assert refusals_only(engine_rig, rollout_id)  # nothing was generated; the refusals are kept
     served, base_url, key = engine_rig.session()
     chat(base_url, key, response_format={"type": "text"})  # the unconstrained default is served
     assert sampler_of_span(engine_rig, served) == Sampler()
@@ -291,4 +297,4 @@ def test_the_built_in_engine_refuses_an_image_it_cannot_see(engine_rig: GatewayR
     error = caught.value.body
     assert isinstance(error, dict) and error["param"] == "messages[0].content"
     assert "reads text only" in error["message"] and "'image_url' part" in error["message"]
-    assert engine_rig.store.query_spans(rollout_id=rollout_id) == []
+    assert refusals_only(engine_rig, rollout_id)

@@ -230,8 +230,9 @@ def show_rollout(args: argparse.Namespace) -> int:
         if span.name == AGENT_OUTPUT_SPAN and span.origin == Origin.RUNNER:
             _print_agent_output(span)
             continue
-        if not is_call_span(span.name):
-            console.print(shown(f"  span {span.name} ({span.status})"))
+        if not is_call_span(span.name):  # a refused call says why
+            why = f": {span.status_message}" if span.status_message else ""
+            console.print(shown(f"  span {span.name} ({span.status}){why}"))
             continue
         table = Table(show_header=False, title=f"model call {position + 1}", title_justify="left")
         for key, value in _span_rows(span):

@@ -36,13 +36,13 @@ from tether.gateway.prompts import apply_prompt_override
 from tether.gateway.recorder import SpanRecorder
 from tether.gateway.request_checks import check_caps, check_depth
 from tether.gateway.rollouts import RolloutCache
-from tether.gateway.spans import call_span
+from tether.gateway.spans import call_span, refused_span
 from tether.gateway.upstreams import CallKind, CallRecord, StreamAborted, Upstream, record_of_events, sse
 from tether.limits import MAX_BODY_BYTES, AgentQuota, BodyTooLarge, read_bounded, too_large_message
 from tether.store.auth import AuthError, Caller, TokenAuthority, authenticate, bearer_token
 from tether.store.base import InvalidValue, Store, StoreError
 from tether.store.records import Rollout, RolloutStatus, Span
-from tether.store.span_quota import SpanLedger
+from tether.store.span_quota import SpanLedger, SpanQuotaError, span_bytes
 
 CALL_PREFIXES = ("/v1", "/rollouts/{rollout_id}/v1", "/rollouts/{rollout_id}/attempts/{attempt}/v1")
 # What a model-call route serves: a chat or completions call, or another API translated to a chat call.
@@ -253,6 +253,20 @@ class Gateway:
         if isinstance(error, UpstreamError) or error.status >= 500:
             await self.record(call_span(ctx, kind, body, upstream.name, started, error, policy_version))
 
+    async def record_refusal(self, span: Span) -> None:
+        """A refused call's span, charged to its attempt's span quota as what the agent sends is: an agent
+        cannot grow the store by being refused. Past the quota, or with the store down, it is not kept
+        (the refusal is answered either way)."""
+        key, size = (span.rollout_id, span.attempt), span_bytes(span)
+        try:
+            await asyncio.to_thread(self.span_ledger.charge, key, 1, size)
+        except SpanQuotaError:
+            return
+        try:
+            await self.recorder.record(span)
+        except (InvalidValue, StoreError):
+            self.span_ledger.refund(key, 1, size)
+
     # -- model calls ----------------------------------------------------------------------------------
 
     async def serve_call(
@@ -266,6 +280,8 @@ class Gateway:
     ) -> None:
         """A model-call route, as plain ASGI: no middleware, no router, no request object."""
         started = time.time()
+        ctx: CallContext | None = None
+        body: dict[str, Any] | None = None
         found: dict[bytes, str] = {}
         for name, value in scope["headers"]:  # the first of each, as Starlette's `headers.get`
             if name in CALL_HEADERS and name not in found:
@@ -285,6 +301,8 @@ class Gateway:
             answer = await self.dispatch(ctx, kind, body, started)
         except GatewayError as exc:
             self.metrics.refused(exc)
+            if ctx is not None and body is not None and _kept_refusal(exc):
+                await self.record_refusal(refused_span(ctx, kind, body, started, exc))
             await error_response(kind, exc)(scope, receive, send)
             return
         if isinstance(answer, bytes):
@@ -480,3 +498,13 @@ def error_response(kind: RouteKind, error: GatewayError) -> Response:
 
 def _too_large(limit: int) -> GatewayError:
     return GatewayError(413, too_large_message(limit), code="request_too_large")
+
+
+# Refusals of a call's own recording, or of a body too deep to handle: nothing of them is stored.
+UNKEPT_REFUSALS = frozenset({"unrecordable", "too_deep"})
+
+
+def _kept_refusal(error: GatewayError) -> bool:
+    """Whether a refused call is kept as a span: a 4xx of the gateway's own checks (an upstream's errors
+    are recorded as failed calls already)."""
+    return error.status < 500 and not isinstance(error, UpstreamError) and error.code not in UNKEPT_REFUSALS

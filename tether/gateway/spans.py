@@ -10,6 +10,7 @@ from typing import Any
 from tether.contracts import (
     CALL_SPAN_NAMES,
     CHOICE_TOOL_PARSE_ERROR,
+    REFUSED_CALL_SPAN,
     AgentSource,
     CallAttr,
     Origin,
@@ -103,6 +104,54 @@ def call_span(
         seq=None,
         origin=Origin.GATEWAY,
     )
+
+
+def refused_span(
+    ctx: CallContext, route: str, body: dict[str, Any], started: float, error: GatewayError
+) -> Span:
+    """The span of a call refused before any upstream answered (a cap, a field the engine cannot honour),
+    so that a run shows it: the request as the agent sent it and the error it got."""
+    model = body.get("model") if isinstance(body.get("model"), str) else None
+    attributes: dict[str, Any] = {
+        CallAttr.CALL: route,
+        CallAttr.MODEL: model,
+        CallAttr.AGENT: ctx.agent or model,
+        CallAttr.REQUEST: request_summary(body),
+        CallAttr.ERROR: error.body()["error"],
+    }
+    return Span(
+        rollout_id=ctx.rollout_id,
+        attempt=ctx.attempt,
+        trace_id=ctx.trace_id or _random_id(128),
+        span_id=_random_id(64),
+        parent_id=ctx.parent_span_id,
+        name=REFUSED_CALL_SPAN,
+        kind="client",
+        start_time=started,
+        end_time=time.time(),
+        status="error",
+        status_message=error.message,
+        attributes=attributes,
+        origin=Origin.GATEWAY,
+    )
+
+
+SUMMARY_FIELDS = 64
+SUMMARY_TEXT = 200
+
+
+def request_summary(body: dict[str, Any]) -> dict[str, Any]:
+    """What a refused request asked, bounded whatever it holds: its scalar fields (text cut short) and the
+    names of the others, never their contents (a refused body may be the poison it was refused for)."""
+    summary: dict[str, Any] = {}
+    for key, value in list(body.items())[:SUMMARY_FIELDS]:
+        if isinstance(value, str):
+            summary[str(key)[:SUMMARY_TEXT]] = value[:SUMMARY_TEXT]
+        elif value is None or isinstance(value, bool | int | float):
+            summary[str(key)[:SUMMARY_TEXT]] = value
+        else:
+            summary[str(key)[:SUMMARY_TEXT]] = f"({type(value).__name__})"
+    return summary
 
 
 def _random_id(bits: int) -> str:

@@ -1,7 +1,8 @@
 """The per-attempt quota of spans an agent sends with its rollout token (the store API's `POST /spans`, the
 OTLP receiver): how many, and how many bytes (`tether.limits.AgentQuota`). A request that the quota could
 never take is refused whole with a 413, one that the attempt's remaining quota cannot take with a 429;
-either way nothing of it is stored. The gateway's records of model calls never pass through here.
+either way nothing of it is stored. The gateway's records of model calls never pass through here; its
+records of calls it refused do (an agent chooses to be refused).
 
 The counts live in the serving process, seeded from the store the first time an attempt sends spans to
 it (so a restarted server keeps counting where the store is), and forgotten least recently used first.
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from tether.contracts import Origin
+from tether.contracts import REFUSED_CALL_SPAN, Origin
 from tether.errors import APIError
 from tether.limits import SPAN_BYTES_OPTION, SPANS_OPTION, AgentQuota, size_text
 from tether.store.auth import Caller
@@ -108,7 +109,7 @@ class SpanLedger:
         stored = self.store.query_spans(
             rollout_id=rollout_id, attempt=attempt, limit=self.quota.max_spans * 2 + 1
         )
-        agents = [span for span in stored if span.origin == Origin.AGENT]
+        agents = [span for span in stored if span.origin == Origin.AGENT or span.name == REFUSED_CALL_SPAN]
         return Usage(len(agents), sum(span_bytes(span) for span in agents))
 
 
