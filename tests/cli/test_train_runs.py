@@ -179,6 +179,8 @@ def test_two_policies_from_the_command_line_train_and_name_their_run(tmp_path: P
     args = train_args(tmp_path, steps=1)
     args[args.index("--agent") + 1] = f"{sys.executable} {AGENTS / 'two_role_agent.py'}"
     args[args.index("--reward") + 1] = f"{AGENTS / 'reward.py'}:length"
+    # Two samples of random text can end the same length (no signal, no update): sample until a group differs.
+    args += ["--min-signal-groups", "1"]
     assert main([*args, "--policy", "writer=lora:r4", "--policy", "rewriter=lora:r8:lr=1e-3"]) == 0
     (run_dir,) = (tmp_path / ".tether" / "runs").iterdir()
     (record,) = [orjson.loads(line) for line in (run_dir / "metrics.jsonl").read_bytes().splitlines()]
