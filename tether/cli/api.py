@@ -20,7 +20,7 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 from tether.config.commands import TrainSettings
-from tether.config.option import tree_settings
+from tether.config.option import tree_settings, values_by_dest
 
 if TYPE_CHECKING:
     from tether.trainer.config import FitResult
@@ -46,7 +46,7 @@ def _namespace(command: str, tree: Any) -> argparse.Namespace:
     parser = build_parser()
     sub = command_parser(parser, [command])
     assert sub is not None
-    values = {s.dest: getattr(getattr(tree, s.section), s.name) for s in tree_settings(type(tree))}
+    values = values_by_dest(tree)
     for action in sub._actions:
         if action.dest in values:
             action.required = False

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tether.cli.options import TREE
-from tether.config.option import Setting, tree_settings
+from tether.config.option import Setting, tree_settings, values_by_dest
 
 PAGES = ("cli.md", "python.md")
 GENERATED = (
@@ -97,14 +97,7 @@ def _settings_by_dest(parser: argparse.ArgumentParser) -> dict[str, Setting]:
 def _tree_defaults(parser: argparse.ArgumentParser) -> dict[str, Any]:
     """The tree's own defaults (the parser's may hold this machine's environment)."""
     tree_type = parser.get_default(TREE)
-    if tree_type is None:
-        return {}
-    tree = tree_type()
-    values = {}
-    for setting in tree_settings(tree_type):
-        section = getattr(tree, setting.section) if setting.section else tree
-        values[setting.dest] = getattr(section, setting.name)
-    return values
+    return {} if tree_type is None else values_by_dest(tree_type())
 
 
 def _spelling(action: argparse.Action) -> str:

@@ -125,6 +125,11 @@ def tree_settings(tree_type: type) -> list[Setting]:
     return [setting for name, section in sections_of(tree_type) for setting in settings_of(section, name)]
 
 
+def values_by_dest(tree: Any) -> dict[str, Any]:
+    """A tree's values, keyed as the command line keeps them (each setting's `dest`)."""
+    return {s.dest: getattr(getattr(tree, s.section), s.name) for s in tree_settings(type(tree))}
+
+
 def _resolved(annotation: Any, where: str) -> tuple[type, type | None, bool]:
     args = typing.get_args(annotation)
     optional = False
