@@ -152,8 +152,9 @@ class Driver:
             finished = await asyncio.to_thread(self.store.wait_for, pending, PROGRESS_S)
             done.update(rollout.id for rollout in finished)
             if finished and not self.read_once:  # one read of what finished since the last
-                outcomes.update(await self._read([r.id for r in finished]))
-                self._count_rewards(outcomes.values())
+                read = await self._read([r.id for r in finished])
+                outcomes.update(read)
+                self._count_rewards(read.values())
             for rollout in finished:
                 self._count_status(rollout.id, rollout.status)
             if finished and self.on_change is not None:
