@@ -38,10 +38,19 @@ def dependency_markers(item: pytest.Item) -> set[str]:
     return markers
 
 
+# `make test` runs the suite on two pytest-xdist workers. The tests of one session-wide server share a
+# worker, so the vLLM server and the Ray cluster each start once (test_vllm_ray.py needs both), and the Ray
+# tests that count the cluster's processes see no other test's.
+SHARED_WORKER = {"vllm": "vllm-and-ray", "ray": "vllm-and-ray"}
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         for marker in sorted(dependency_markers(item) - {mark.name for mark in item.iter_markers()}):
             item.add_marker(marker)
+        groups = {SHARED_WORKER[mark.name] for mark in item.iter_markers() if mark.name in SHARED_WORKER}
+        if groups:
+            item.add_marker(pytest.mark.xdist_group(min(groups)))
 
 
 @pytest.fixture(scope="session")
