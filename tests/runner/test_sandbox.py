@@ -40,6 +40,7 @@ from tests.runner.sandbox_rig import (
 )
 from tether.project import Project
 from tether.runner import CommandAgent
+from tether.runner.cgroups import Cgroups
 from tether.runner.sandbox import (
     Command,
     SandboxLimits,
@@ -296,6 +297,36 @@ def test_the_memory_limit_stops_a_large_allocation(start: Start) -> None:
     outside = seen(CommandAgent(probe("memory", 512)))
     start.check()
     assert inside == {"allocated": False} and outside == {"allocated": True}
+
+
+needs_cgroups = pytest.mark.skipif(
+    not Cgroups().available(), reason="Tether may make no cgroup here (as root, or a delegated v2 subtree)"
+)
+
+
+def cgroups_of_this_process() -> list[Path]:
+    return [found for parent in Cgroups().parents() for found in parent.glob(f"tether-{os.getpid()}-*")]
+
+
+@needs_cgroups
+def test_the_memory_cap_holds_for_the_whole_sandbox_not_each_process(start: Start) -> None:
+    # Three processes of 160 MiB each pass a per-process limit of 256 MiB; the sandbox's cgroup holds
+    # them to 256 MiB together, so at most one keeps its memory.
+    limits = SandboxLimits(memory_mib=256)
+    inside = seen(start.agent(probe("group-memory", 3, 160), sandbox=sandbox(limits=limits)))
+    outside = seen(CommandAgent(probe("group-memory", 3, 160)))
+    start.check()
+    assert inside["held"] <= 1 and outside == {"held": 3, "children": 3}
+
+
+@needs_cgroups
+def test_as_root_the_process_cap_holds_without_agent_user(start: Start) -> None:
+    # Linux applies no RLIMIT_NPROC to uid 0; the sandbox's cgroup counts its processes whoever runs it.
+    limits = SandboxLimits(processes=16)
+    inside = seen(start.agent(probe("fork", 40), sandbox=sandbox(limits=limits)))
+    start.check()
+    assert inside["error"] == "BlockingIOError" and inside["forked"] < 16
+    assert not cgroups_of_this_process()  # each removed when its agent ended
 
 
 def test_the_scratch_directory_holds_what_its_size_allows(

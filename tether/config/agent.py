@@ -167,15 +167,16 @@ class SandboxSettings:
     )
     memory: int | None = option(
         None,
-        "data (heap and private anonymous memory) per process (RLIMIT_DATA; default 4096); 0: no limit",
+        "data (heap and private anonymous memory) per process (RLIMIT_DATA), and the whole sandbox's "
+        "memory where Tether may make a cgroup (as root) (default 4096); 0: no limit",
         metavar="MIB",
         flags=("--sandbox-memory",),
         dest="sandbox_memory",
     )
     processes: int | None = option(
         None,
-        "processes and threads of the whole sandbox (RLIMIT_NPROC, not applied to uid 0: as root "
-        "add --agent-user; default 256); 0: no limit",
+        "processes and threads of the whole sandbox (RLIMIT_NPROC, and a cgroup's cap where Tether may "
+        "make one, which holds for uid 0 too; default 256); 0: no limit",
         metavar="N",
         flags=("--sandbox-processes",),
         dest="sandbox_processes",

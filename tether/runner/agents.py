@@ -299,6 +299,7 @@ class CommandAgent:
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 start_new_session=True,  # its own process group, so a timeout kills its children too
+                pass_fds=command.pass_fds,
                 **command.identity,
             )
         except OSError as exc:

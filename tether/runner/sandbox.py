@@ -31,6 +31,7 @@ from urllib.parse import urlsplit
 
 from tether.registry import Registry
 from tether.runner import sandbox_relay
+from tether.runner.cgroups import Caps, Cgroups
 from tether.runner.sandbox_view import EMPTY, Layout, existing, mounts, shown_paths
 
 RELAY_SOURCE = Path(sandbox_relay.__file__)
@@ -56,6 +57,7 @@ class Command:
     inherited: dict[str, str] = field(default_factory=dict)
     identity: dict[str, Any] = field(default_factory=dict)
     scratch: bool = False  # `cwd` is Tether's own empty directory for this attempt (not --agent-cwd)
+    pass_fds: tuple[int, ...] = ()  # descriptors the process keeps (the sandbox's cgroup to join)
 
 
 class Sandbox(Protocol):
@@ -136,6 +138,7 @@ class Confined:
     settings: dict[str, Any]
     folder: str
     relay_dir: str  # Tether's end of the relay: the child gets it as a descriptor, never by its path
+    cgroup_fds: tuple[int, ...] = ()  # its cgroup's `cgroup.procs`, which the child joins (cgroups.py)
 
 
 @dataclass(frozen=True)
@@ -149,6 +152,7 @@ class BwrapSandbox:
     def __init__(self, options: SandboxOptions | None = None) -> None:
         self.options = options or SandboxOptions()
         self._ready: dict[int | None, Ready] = {}
+        self.cgroups = Cgroups()
 
     # -- the check, at start ---------------------------------------------------------------------------
 
@@ -214,14 +218,32 @@ class BwrapSandbox:
         ready, target, inner_port = await self._prepare(command)
         with tempfile.TemporaryDirectory(prefix="tether-sandbox-") as relay_dir:
             _prepare_relay_dir(relay_dir, command.identity)
-            async with _gateway_socket(relay_dir, target, command.identity) as served:
+            async with (
+                _gateway_socket(relay_dir, target, command.identity) as served,
+                self._cgroup() as joins,
+            ):
                 layout = self._layout(command, relay_dir, [ready.python])
-                relay = self._relay(ready, relay_dir, inner_port if served else None)
+                relay = self._relay(ready, relay_dir, inner_port if served else None, joins)
                 yield replace(
                     command,
                     argv=bwrap_argv(ready, layout, [*relay, *command.argv]),
                     env=self.environment(command, target, inner_port),
+                    pass_fds=(*command.pass_fds, *joins),
                 )
+
+    @contextlib.asynccontextmanager
+    async def _cgroup(self) -> AsyncIterator[tuple[int, ...]]:
+        """One agent's cgroup, capping the whole sandbox's memory and processes where Tether may make
+        one (`cgroups.py`): the descriptors its first process joins it by; none elsewhere."""
+        limits = self.options.limits
+        cgroup = self.cgroups.make(Caps(limits.memory_mib * MIB, limits.processes))
+        if cgroup is None:
+            yield ()
+            return
+        try:
+            yield tuple(cgroup.open_procs())
+        finally:
+            await asyncio.to_thread(cgroup.close)  # its last processes may take a moment to go
 
     @contextlib.asynccontextmanager
     async def confine(
@@ -240,18 +262,22 @@ class BwrapSandbox:
         try:
             _own(relay_dir, command.identity)
             async with _gateway_socket(relay_dir, target, command.identity) as served:
-                settings = {
-                    "folder": folder,
-                    "scratch": os.path.realpath(command.cwd),
-                    "scratch_bytes": self.options.limits.scratch_mib * MIB,
-                    "relay": self._relay_options(relay_dir, inner_port if served else None),
-                    "uid": command.identity.get("user", os.getuid()),
-                    "gid": command.identity.get("group", os.getgid()),
-                }
-                wrap = tuple(self.zygote_wrap(command, folder))
-                env = self.environment(replace(command, cwd=folder, env=dict(shared_env)), None, inner_port)
-                confined = Confined(wrap, env, settings, folder, relay_dir)
-                yield replace(command, env=self.environment(command, target, inner_port)), confined
+                async with self._cgroup() as joins:
+                    settings = {
+                        "folder": folder,
+                        "scratch": os.path.realpath(command.cwd),
+                        "scratch_bytes": self.options.limits.scratch_mib * MIB,
+                        "relay": self._relay_options(relay_dir, inner_port if served else None),
+                        "uid": command.identity.get("user", os.getuid()),
+                        "gid": command.identity.get("group", os.getgid()),
+                        "cgroups": len(joins),
+                    }
+                    wrap = tuple(self.zygote_wrap(command, folder))
+                    env = self.environment(
+                        replace(command, cwd=folder, env=dict(shared_env)), None, inner_port
+                    )
+                    confined = Confined(wrap, env, settings, folder, relay_dir, joins)
+                    yield replace(command, env=self.environment(command, target, inner_port)), confined
         finally:
             shutil.rmtree(relay_dir, ignore_errors=True)
 
@@ -270,10 +296,12 @@ class BwrapSandbox:
         size = self.options.limits.scratch_mib * MIB if command.scratch else 0
         return Layout(os.path.realpath(command.cwd), relay_dir, hide, shown, scratch_bytes=size)
 
-    def _relay(self, ready: Ready, relay_dir: str, port: int | None) -> list[str]:
-        """The relay, which listens on the sandbox's loopback, sets the limits and runs the agent."""
+    def _relay(self, ready: Ready, relay_dir: str, port: int | None, joins: Sequence[int] = ()) -> list[str]:
+        """The relay, which joins the sandbox's cgroup, listens on its loopback, sets the limits and runs
+        the agent."""
         source = os.path.join(relay_dir, RELAY_SOURCE.name)
-        return [ready.python, "-I", "-S", source, *self._relay_options(relay_dir, port)]
+        cgroups = ["--cgroups", ",".join(map(str, joins))] if joins else []
+        return [ready.python, "-I", "-S", source, *cgroups, *self._relay_options(relay_dir, port)]
 
     def _relay_options(self, relay_dir: str, port: int | None) -> list[str]:
         """The relay's options (`sandbox_relay.parse`): the loopback port it listens on, the socket it

@@ -52,6 +52,7 @@ class Settings:
         self.cpu = 0
         self.memory = 0
         self.processes = 0
+        self.cgroups = ""  # descriptors of cgroup.procs files to join, comma-separated (cgroups.py)
         self.command: list[str] = []
 
 
@@ -61,7 +62,7 @@ def parse(argv: Sequence[str]) -> Settings:
     args = list(argv)
     while args and args[0] != "--":
         name, value = args[0].removeprefix("--"), args[1]
-        setattr(settings, name, value if name == "socket" else int(value))
+        setattr(settings, name, value if name in ("socket", "cgroups") else int(value))
         del args[:2]
     settings.command = args[1:]
     return settings
@@ -152,8 +153,19 @@ def run_agent(settings: Settings) -> int:
     return exit_status(os.waitstatus_to_exitcode(status))
 
 
+def join_cgroups(fds: Sequence[int]) -> None:
+    """Move this process into each cgroup whose `cgroup.procs` descriptor it holds (`cgroups.py`), before
+    it starts anything: every process of the sandbox after it is then in the cgroup too."""
+    for fd in fds:
+        try:
+            os.write(fd, b"0")
+        finally:
+            os.close(fd)
+
+
 def main(argv: Sequence[str]) -> int:
     settings = parse(argv)
+    join_cgroups([int(fd) for fd in settings.cgroups.split(",") if fd])
     if settings.socket:
         serve(bind(settings.port), settings.socket)  # before the agent starts: its first call finds it
     return run_agent(settings)

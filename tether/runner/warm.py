@@ -419,9 +419,9 @@ class WarmStarts:
         # A sandboxed child reaches the gateway through its relay directory, sent as a descriptor: the
         # zygote sees no rollout's relay.
         relay = [] if confined is None else [os.open(confined.relay_dir, os.O_PATH | os.O_DIRECTORY)]
+        sent = [*fds, *relay, *(confined.cgroup_fds if confined else ())]  # its cgroup's: joined first
         try:
-            argv = [python, *args]
-            started = await zygote.fork(argv, command.cwd, command.env, [*fds, *relay], learn, sandbox)
+            started = await zygote.fork([python, *args], command.cwd, command.env, sent, learn, sandbox)
         except ZygoteDied as exc:  # this agent starts cold; a dead zygote is restarted by the next one
             log.warning("%s", exc)
             return None

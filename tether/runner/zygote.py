@@ -56,6 +56,7 @@ from types import ModuleType, TracebackType
 from typing import Any, NamedTuple, NoReturn
 
 MAX_REQUEST_BYTES = 4 * 1024 * 1024
+MAX_FDS = 8  # stdin, stdout, stderr, the relay's directory, its cgroup's (one, or two in cgroup v1)
 
 
 class ImportsTether(Exception):
@@ -256,12 +257,14 @@ def _is_socket(fd: int) -> bool:
     return (_target(fd) or "").startswith("socket:")
 
 
-def receive(connection: socket.socket, count: int = 3) -> tuple[dict[str, Any], list[int]]:
-    """One request: its JSON and the `count` descriptors that came with it (stdin, stdout, stderr; in a
-    sandbox also the relay's directory)."""
+def receive(connection: socket.socket, sandboxed: bool = False) -> tuple[dict[str, Any], list[int]]:
+    """One request: its JSON and the descriptors that came with it (stdin, stdout, stderr; in a sandbox
+    also the relay's directory, then its cgroup's `cgroup.procs` files, as many as the request says)."""
     buffer, fds = b"", []
     while not buffer.endswith(b"\n"):
-        data, ancillary, _, _ = connection.recvmsg(65536, socket.CMSG_SPACE(4 * array.array("i").itemsize))
+        data, ancillary, _, _ = connection.recvmsg(
+            65536, socket.CMSG_SPACE(MAX_FDS * array.array("i").itemsize)
+        )
         if not data:
             raise ConnectionError("the request ended early")
         for level, kind, payload in ancillary:
@@ -270,18 +273,20 @@ def receive(connection: socket.socket, count: int = 3) -> tuple[dict[str, Any], 
         buffer += data
         if len(buffer) > MAX_REQUEST_BYTES:
             raise ConnectionError("the request is too large")
+    request = json.loads(buffer)
+    count = 4 + int((request.get("sandbox") or {}).get("cgroups", 0)) if sandboxed else 3
     if len(fds) != count:
         for fd in fds:
             os.close(fd)
         raise ConnectionError(f"expected {count} descriptors, got {len(fds)}")
-    return json.loads(buffer), fds
+    return request, fds
 
 
 def start_child(connection: socket.socket, sandbox: Sandboxing | None) -> NoReturn:
     """In the forked child (its own session already): read the request, tell Tether its pid, run it. A
     child that could not tell Tether (gone, or dead) runs nothing."""
     try:
-        request, fds = receive(connection, 3 if sandbox is None else 4)
+        request, fds = receive(connection, sandbox is not None)
     except (OSError, ValueError, ConnectionError) as exc:
         _answer(connection, {"error": str(exc)})
         os._exit(1)
@@ -304,6 +309,7 @@ def run_child(request: dict[str, Any], fds: list[int], sandbox: Sandboxing | Non
     _reopen_std_streams()
     learn: int | str | None = request.get("learn")
     if sandbox is not None:
+        sandbox.relay.join_cgroups(fds[4:])  # first: every process it starts is in its cgroup
         learn = _confine(request, sandbox, fds[3])
     os.chdir(request["cwd"])
     os.environ.clear()

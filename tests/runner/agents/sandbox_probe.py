@@ -129,6 +129,41 @@ def memory(mib):
     return {"allocated": len(block) > 0}
 
 
+def group_memory(children, mib):
+    """`children` processes that each hold `mib` MiB (written, so resident); how many hold it at once."""
+    read_end, write_end = os.pipe()
+    pids = []
+    for index in range(int(children)):
+        pid = os.fork()
+        if pid == 0:
+            os.close(read_end)
+            try:
+                block = b"x" * (int(mib) * 1024 * 1024)
+                os.write(write_end, bytes([index]) if block else b"")
+            except MemoryError:
+                pass
+            time.sleep(30)
+            os._exit(0)
+        pids.append(pid)
+    os.close(write_end)
+    os.set_blocking(read_end, False)
+    reported, dead, deadline = set(), set(), time.monotonic() + 20
+    while time.monotonic() < deadline and len(reported | dead) < len(pids):
+        dead |= {i for i, pid in enumerate(pids) if i not in dead and os.waitpid(pid, os.WNOHANG)[0] == pid}
+        try:
+            reported |= set(os.read(read_end, 64))
+        except BlockingIOError:
+            time.sleep(0.05)
+    time.sleep(0.5)  # a late kill for memory lands
+    dead |= {i for i, pid in enumerate(pids) if i not in dead and os.waitpid(pid, os.WNOHANG)[0] == pid}
+    for pid in pids:
+        try:
+            os.kill(pid, 9)
+        except ProcessLookupError:
+            pass
+    return {"held": len(reported - dead), "children": len(pids)}
+
+
 def scratch(mib):
     """Write `mib` MiB into the scratch directory (the working directory), 1 MiB at a time; how far it got."""
     chunk = b"x" * (1024 * 1024)
@@ -287,6 +322,7 @@ MODES = {
     "network": network,
     "fork": fork,
     "memory": memory,
+    "group-memory": group_memory,
     "scratch": scratch,
     "spin": spin,
     "daemon": daemon,
