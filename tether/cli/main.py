@@ -66,14 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     prefer_passive_waiting()
     words = sys.argv[1:] if argv is None else argv
     refuse_secrets(words)
-    parser = build_parser()
-    config_file = config_file_in(words)
-    if config_file is not None:
-        command = command_parser(parser, words)
-        if command is not None:
-            load_config_file(command, config_file, command.prog)
-    args = parser.parse_args(argv)
-    resolve_lists(args)
+    args = parse_command_line(words)
     if getattr(args, "print_config", False):
         print_config(args)
         return 0
@@ -82,6 +75,19 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.command_main(args) or 0)
     except KeyboardInterrupt:
         return 130
+
+
+def parse_command_line(words: list[str]) -> argparse.Namespace:
+    """A command line as the command gets it: its `--config` file's keys, then the flags given."""
+    parser = build_parser()
+    config_file = config_file_in(words)
+    if config_file is not None:
+        command = command_parser(parser, words)
+        if command is not None:
+            load_config_file(command, config_file, command.prog)
+    args = parser.parse_args(words)
+    resolve_lists(args)
+    return args
 
 
 def command_parser(parser: argparse.ArgumentParser, words: list[str]) -> argparse.ArgumentParser | None:

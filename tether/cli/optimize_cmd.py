@@ -14,11 +14,12 @@ from rich.console import Console
 from rich.table import Table
 
 from tether.cli.experiment import open_experiment
-from tether.cli.options import add_settings
+from tether.cli.options import add_settings, settings_from_args
 from tether.cli.progress import progress_bar
-from tether.cli.rollout_cmd import command_settings, load_inputs, runner_config
+from tether.cli.rollout_cmd import load_inputs, runner_config
 from tether.cli.secrets import JUDGE_KEY, OPTIMIZER_KEY, UPSTREAM_KEY, add_secret_arg, secret_value
 from tether.config.commands import OptimizePromptSettings
+from tether.config.option import run_identity
 from tether.contracts import DEFAULT_ROUTE, POLICY_UPSTREAM
 from tether.gateway import HTTPUpstream, HTTPUpstreamConfig
 from tether.gateway.upstreams import Upstream
@@ -101,34 +102,11 @@ def _configs(args: argparse.Namespace) -> APOConfig | ParetoConfig:
         raise SystemExit(f"tether optimize-prompt: {exc}") from None
 
 
-def _search_settings(args: argparse.Namespace) -> dict[str, Any]:
-    return {
-        key: getattr(args, key)
-        for key in (
-            "algorithm",
-            "budget",
-            "beam_width",
-            "branch_factor",
-            "rounds",
-            "batch_size",
-            "val_batch_size",
-            "merge_probability",
-            "max_iterations",
-            "seed",
-            "override",
-            "prompt_name",
-            "optimizer_endpoint",
-            "optimizer_model",
-        )
-    }
-
-
 def run(args: argparse.Namespace) -> int:
     inputs = _inputs(args)
     config = _configs(args)
     runner_settings = runner_config(args)
-    shape = _search_settings(args)
-    named = {**command_settings(args), **shape, "val_tasks": str(Path(args.val_tasks).resolve())}
+    named, shape = run_identity(settings_from_args(args), "optimize-prompt")  # the settings' declarations
     pool_tasks = [*inputs.tasks, *inputs.val_tasks]
     experiment = open_experiment(
         args, "optimize-prompt", console, inputs.tasks, inputs.agent, named, shape, pool_tasks=pool_tasks

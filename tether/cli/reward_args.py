@@ -4,7 +4,6 @@ the rollouts (`tether.rewards`), read and checked before anything runs."""
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from tether.cli.secrets import JUDGE_KEY, secret_value
 from tether.rewards import RewardOptions, combine, parse_weights, reward_source
@@ -43,11 +42,3 @@ def rewards_from_args(args: argparse.Namespace) -> tuple[Evaluator | None, Group
     if weights and not each:
         raise RewardError("--reward-weights combines the rewards of each rollout, and no --reward gives one")
     return (combine(each, weights) if each else None), group
-
-
-def reward_setting(args: argparse.Namespace) -> Any:
-    """What the run records of its rewards: one spec as given (as runs always did), several as a list."""
-    specs = args.reward or []
-    if args.reward_weights:
-        return {"sources": specs, "weights": args.reward_weights}
-    return specs[0] if len(specs) == 1 else (specs or None)

@@ -18,13 +18,14 @@ from rich.table import Table
 from rich.text import Text
 
 from tether.cli.experiment import open_experiment
-from tether.cli.options import add_settings
+from tether.cli.options import add_settings, settings_from_args
 from tether.cli.progress import progress_bar
-from tether.cli.reward_args import reward_setting, rewards_from_args
+from tether.cli.reward_args import rewards_from_args
 from tether.cli.sandbox_args import sandbox_from_args
 from tether.cli.secrets import JUDGE_KEY, UPSTREAM_KEY, add_secret_arg
 from tether.cli.text import shown
 from tether.config.commands import RolloutSettings
+from tether.config.option import run_identity
 from tether.contracts import TASK_REFERENCE, Meta, has_reference
 from tether.runner import (
     AIRRules,
@@ -171,18 +172,6 @@ def requests_for(
     ]
 
 
-def command_settings(args: argparse.Namespace) -> dict[str, Any]:
-    """What makes two command lines the same run (parallelism and timeouts do not)."""
-    return {
-        "agent": args.agent,
-        "tasks": str(Path(args.tasks).resolve()),
-        "reward": reward_setting(args),
-        "primary_reward": args.primary_reward,
-        "max_attempts": args.max_attempts,
-        "model": args.upstream or args.model,
-    }
-
-
 def track(progress: Progress, label: str, total: int) -> Callable[[Runner], None]:
     """An `on_update` hook for the runner that moves a progress bar."""
     bar = progress.add_task(label, total=total, detail="")
@@ -231,9 +220,8 @@ def print_summary(outcomes: Sequence[RolloutOutcome], seconds: float) -> None:
 def run(args: argparse.Namespace) -> int:
     tasks, evaluator, agent = load_inputs(args)
     config = runner_config(args)
-    settings = {**command_settings(args), "group_size": args.group_size, "mode": args.mode}
-    shape = {"group_size": args.group_size, "mode": args.mode}
-    experiment = open_experiment(args, "rollout", console, tasks, agent, settings, shape)
+    named, shape = run_identity(settings_from_args(args), "rollout")  # from the settings' declarations
+    experiment = open_experiment(args, "rollout", console, tasks, agent, named, shape)
     store, name = experiment.store, experiment.record.name
     try:
         requests = requests_for(tasks, args.group_size, args.mode, args.max_attempts, _metadata(args))

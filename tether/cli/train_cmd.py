@@ -15,12 +15,13 @@ from tether.cli.options import add_settings, settings_from_args, write_config
 from tether.cli.plot_cmd import plot
 from tether.cli.progress import held_out_score, step_progress
 from tether.cli.quota_args import agent_quota
-from tether.cli.reward_args import reward_setting, rewards_from_args
+from tether.cli.reward_args import rewards_from_args
 from tether.cli.rollout_cmd import load_inputs, warn_if_the_agent_user_reads
 from tether.cli.secrets import JUDGE_KEY, TEACHER_KEY, add_secret_arg, secret_value
 from tether.cli.trainer_args import coverage_config, curriculum_config
 from tether.config.agent import AGENT_REWARDS
 from tether.config.commands import TrainSettings
+from tether.config.option import run_identity
 from tether.contracts import POLICY_UPSTREAM
 from tether.project import Project
 from tether.rewards.rank import GroupScorer
@@ -92,33 +93,6 @@ def _archive_folder(run_dir: Path) -> None:
     if run_dir.exists():
         kept = (run_dir.with_name(f"{run_dir.name}~{number}") for number in itertools.count(1))
         run_dir.rename(next(path for path in kept if not path.exists()))
-
-
-def _command_line(args: argparse.Namespace) -> tuple[dict[str, object], dict[str, object]]:
-    """What names the run by default, and what must not change when it resumes."""
-    shape = {
-        "model": args.model,
-        "algorithm": args.algorithm,
-        "group_size": args.group_size,
-        "tasks_per_step": args.tasks_per_step,
-        "seed": args.seed,
-        "full": args.full,
-        "lora_r": args.lora_r,
-        "from_run": args.from_run,
-        "sft_steps": args.sft_steps,
-    }
-    # Forced sampling and policies shape the rollouts; named only when given, so old runs keep their names.
-    shape.update(_train_sampling(args))
-    if args.policy:
-        shape["policies"] = sorted(args.policy)
-    named = {
-        **shape,
-        "agent": args.agent,
-        "tasks": str(Path(args.tasks).resolve()),
-        "val_tasks": str(Path(args.val_tasks).resolve()) if args.val_tasks else None,
-        "reward": reward_setting(args),
-    }
-    return named, shape
 
 
 def run(args: argparse.Namespace) -> int:
@@ -224,7 +198,7 @@ def fit(args: argparse.Namespace) -> FitResult:
         if config.from_run is not None:
             _check_demonstrations(store, config, train_tasks, val_tasks)
 
-    named, shape = _command_line(args)
+    named, shape = run_identity(settings_from_args(args), "train")  # from the settings' declarations
     all_tasks = [*train_tasks, *val_tasks]
     experiment = open_experiment(
         args, "train", console, train_tasks, agent, named, shape, pool_tasks=all_tasks, check=check

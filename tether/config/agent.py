@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from tether.config.option import option
+from tether.config.option import Identity, option
 from tether.limits import (
     DEFAULT_MAX_ATTEMPT_SPAN_BYTES,
     DEFAULT_MAX_ATTEMPT_SPANS,
@@ -48,6 +48,7 @@ class AgentSettings:
         " a shell would run whatever a task field says",
         flags=("--agent",),
         dest="agent",
+        run="name",
         metavar="COMMAND",
         required=True,
     )
@@ -101,6 +102,7 @@ class AgentSettings:
     max_attempts: int = option(
         1,
         "attempts per rollout (crash, timeout)",
+        run={"rollout": Identity("name"), "optimize-prompt": Identity("name")},
     )
     timeout: float = option(
         300.0,

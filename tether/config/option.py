@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -43,6 +43,22 @@ class Flag:
         return list(self.choices() if callable(self.choices) else self.choices)
 
 
+@dataclass(frozen=True)
+class Identity:
+    """How a setting takes part in a run's identity (`run_identity`): a `shape` setting names the run
+    and must be the same when it resumes (it decides the rollouts); a `name` setting only names it."""
+
+    role: Literal["shape", "name"]
+    key: str | None = None  # its key in the run's record; default: the setting's dest
+    unset_left_out: bool = False  # left out while unset (None or empty), so older runs keep their names
+    value: Callable[[Any, Any], Any] | None = None  # (value, the whole tree) -> what the record keeps
+
+
+# A setting's part in the identity of each command's runs: one for every command, or one per command
+# (a command missing from the mapping: no part).
+RunPart = Literal["shape", "name"] | Identity | Mapping[str, Identity]
+
+
 def option(
     default: Any,
     help: str,  # noqa: A002 - the word argparse users know
@@ -56,14 +72,16 @@ def option(
     parse: Callable[[str], Any] | None = None,
     required: bool = False,
     env: str | None = None,
+    run: RunPart | None = None,
 ) -> Any:
     """A settings field with its default and its command-line flag (lists default to empty: one per
-    instance)."""
+    instance), and its part in naming a run (`run`)."""
     flag = Flag(help, tuple(flags), dest, metavar, choices, action, const, parse, required, env)
+    metadata = {"flag": flag, "run": Identity(run) if isinstance(run, str) else run}
     if isinstance(default, list):
         items = list(default)
-        return dataclasses.field(default_factory=lambda: list(items), metadata={"flag": flag})
-    return dataclasses.field(default=default, metadata={"flag": flag})
+        return dataclasses.field(default_factory=lambda: list(items), metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
 
 
 @dataclass(frozen=True)
@@ -76,6 +94,11 @@ class Setting:
     item: type | None  # a list's item type
     optional: bool  # None is allowed (unset)
     flag: Flag
+    run: Identity | Mapping[str, Identity] | None = None
+
+    def identity(self, command: str) -> Identity | None:
+        """Its part in the identity of `command`'s runs."""
+        return self.run.get(command) if isinstance(self.run, Mapping) else self.run
 
     @property
     def key(self) -> str:
@@ -107,7 +130,7 @@ def settings_of(section_type: type, section: str = "") -> list[Setting]:
         if not isinstance(flag, Flag):
             continue
         kind, item, optional = _resolved(hints[field.name], f"{section_type.__name__}.{field.name}")
-        found.append(Setting(section, field.name, kind, item, optional, flag))
+        found.append(Setting(section, field.name, kind, item, optional, flag, field.metadata.get("run")))
     return found
 
 
@@ -128,6 +151,25 @@ def tree_settings(tree_type: type) -> list[Setting]:
 def values_by_dest(tree: Any) -> dict[str, Any]:
     """A tree's values, keyed as the command line keeps them (each setting's `dest`)."""
     return {s.dest: getattr(getattr(tree, s.section), s.name) for s in tree_settings(type(tree))}
+
+
+def run_identity(tree: Any, command: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """What names a run of `command` configured by `tree` (its default name hashes it), and the part
+    of that which must not change when the run resumes: read from each setting's `run` declaration."""
+    named: dict[str, Any] = {}
+    shape: dict[str, Any] = {}
+    for setting in tree_settings(type(tree)):
+        identity = setting.identity(command)
+        if identity is None:
+            continue
+        value = getattr(getattr(tree, setting.section), setting.name)
+        if identity.unset_left_out and value in (None, [], ""):
+            continue
+        key = identity.key or setting.dest
+        named[key] = identity.value(value, tree) if identity.value else value
+        if identity.role == "shape":
+            shape[key] = named[key]
+    return named, shape
 
 
 def _resolved(annotation: Any, where: str) -> tuple[type, type | None, bool]:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from tether.config.option import option
+from tether.config.option import Identity, option
 
 
 @dataclass
@@ -24,6 +25,9 @@ class RewardSettings:
         " gateway recorded; agent_reported: the spans the agent sent itself), answering "
         '{"reward": X} or {"rewards": {NAME: X}}',
         metavar="SPEC",
+        run=Identity(
+            "name", value=lambda specs, tree: reward_record(specs or [], tree.rewards.reward_weights)
+        ),
     )
     reward_weights: str | None = option(
         None,
@@ -55,4 +59,12 @@ class RewardSettings:
         None,
         "which named reward of a dict is the reward",
         metavar="NAME",
+        run={"rollout": Identity("name"), "optimize-prompt": Identity("name")},
     )
+
+
+def reward_record(specs: list[str], weights: str | None) -> Any:
+    """What a run records of its rewards: one spec as given (as runs always did), several as a list."""
+    if weights:
+        return {"sources": specs, "weights": weights}
+    return specs[0] if len(specs) == 1 else (specs or None)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
-from tether.config.option import option
+from tether.config.option import Identity, option
 from tether.store.backends import STORE_ENV
 
 
@@ -49,6 +50,7 @@ class TrainRunSettings:
     seed: int = option(
         0,
         "seeds the adapter's initialisation, the order of the tasks and demonstrations, and sampling",
+        run="shape",
     )
     wandb: str | None = option(
         None,
@@ -56,6 +58,11 @@ class TrainRunSettings:
         "project; WANDB_MODE=offline keeps the run on disk, under the run folder",
         metavar="PROJECT",
     )
+
+
+def resolved_file(path: str | None) -> str | None:
+    """A task file as a run records it: its absolute path (the same file from any folder)."""
+    return str(Path(path).resolve()) if path else None
 
 
 @dataclass
@@ -69,6 +76,7 @@ class TaskSettings:
         required=True,
         flags=("--tasks",),
         dest="tasks",
+        run=Identity("name", value=lambda path, _: resolved_file(path)),
     )
 
 
@@ -76,15 +84,21 @@ class TaskSettings:
 class SearchTaskSettings(TaskSettings):
     """The tasks candidates run on, and the held-out tasks that score them."""
 
-    val_tasks: str | None = option(None, "tasks candidates are scored on", metavar="FILE", required=True)
+    val_tasks: str | None = option(
+        None,
+        "tasks candidates are scored on",
+        metavar="FILE",
+        required=True,
+        run=Identity("name", value=lambda path, _: resolved_file(path)),
+    )
 
 
 @dataclass
 class GroupSettings:
     """How many rollouts of each task, and their label."""
 
-    group_size: int = option(1, "rollouts per task (a GRPO group)")
-    mode: str = option("train", "label stored on the rollouts (train, val, ...)")
+    group_size: int = option(1, "rollouts per task (a GRPO group)", run="shape")
+    mode: str = option("train", "label stored on the rollouts (train, val, ...)", run="shape")
 
 
 @dataclass

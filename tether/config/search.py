@@ -24,11 +24,13 @@ class SearchSettings:
         "OpenAI-compatible base URL of the optimizer model, or 'policy' for the policy itself",
         metavar="URL",
         required=True,
+        run="shape",
     )
     optimizer_model: str | None = option(
         None,
         "model name for the optimizer endpoint",
         metavar="NAME",
+        run="shape",
     )
     optimizer_temperature: float = option(
         0.7,
@@ -43,38 +45,47 @@ class SearchSettings:
         "apo: a beam of critiqued rewrites, round by round; pareto: keep the prompts that are best on some "
         "task, and merge them",
         choices=PROMPT_ALGORITHMS,
+        run="shape",
     )
     budget: int = option(
         64,
         "agent rollouts in all, never exceeded",
+        run="shape",
     )
     beam_width: int = option(
         2,
         "apo: prompts kept each round",
+        run="shape",
     )
     branch_factor: int = option(
         2,
         "apo: rewrites per beam prompt",
+        run="shape",
     )
     rounds: int = option(
         3,
         "apo: rounds",
+        run="shape",
     )
     batch_size: int = option(
         4,
         "training rollouts the optimizer reads per critique",
+        run="shape",
     )
     val_batch_size: int = option(
         4,
         "validation tasks per candidate",
+        run="shape",
     )
     merge_probability: float = option(
         0.25,
         "pareto: chance of a merge",
+        run="shape",
     )
     max_iterations: int = option(
         100,
         "pareto: iterations at most",
+        run="shape",
     )
     initial_prompt: str | None = option(
         None,
@@ -84,12 +95,14 @@ class SearchSettings:
     prompt_name: str = option(
         "system",
         "name of the prompt resource in the store",
+        run="shape",
     )
     override: str = option(
         "replace",
         "how the gateway puts the candidate in: the whole system message, only its "
         "<<prompt>>...<</prompt>> span, or not at all (the agent calls tether.get_prompt)",
         choices=["replace", "marked", "none"],
+        run="shape",
     )
     out: str | None = option(
         None,
@@ -100,6 +113,7 @@ class SearchSettings:
     seed: int = option(
         0,
         "seeds the search's sampling of tasks and candidates",
+        run="shape",
     )
 
 

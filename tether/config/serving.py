@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tether.config.option import option
+from tether.config.option import Identity, option
 from tether.contracts import (
     DEFAULT_BODY_TIMEOUT_S,
     DEFAULT_HEADER_TIMEOUT_S,
@@ -25,6 +25,11 @@ class ServerSettings:
         "policy model for the built-in engine: smollm2-135m, tiny-random, or a local HF folder "
         "(default: $TETHER_MODEL, else smollm2-135m)",
         env="TETHER_MODEL",
+        run={
+            "train": Identity("shape"),
+            "rollout": Identity("name", value=lambda model, tree: tree.upstream.upstream or model),
+            "optimize-prompt": Identity("name", value=lambda model, tree: tree.upstream.upstream or model),
+        },
     )
     engine: str = option(
         "builtin",

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tether.config.option import option
+from tether.config.option import Identity, option
+from tether.config.run import resolved_file
 from tether.contracts import ALGORITHMS, LOSS_AGGREGATIONS, TIS_LEVELS, TIS_MODES
 
 
@@ -19,6 +20,7 @@ class LearnerSettings:
         "on-policy distillation, every sampled token scored by --teacher (the per-token reverse "
         "KL is its advantage, no reward needed; groups of one work)",
         choices=tuple(ALGORITHMS),
+        run="shape",
     )
     lr: float | None = option(
         None,
@@ -36,10 +38,12 @@ class LearnerSettings:
     full: bool = option(
         False,
         "full fine-tuning instead of LoRA",
+        run="shape",
     )
     lora_r: int = option(
         16,
         "LoRA rank",
+        run="shape",
     )
     kl_coef: float = option(
         0.0,
@@ -75,6 +79,7 @@ class LearnerSettings:
         "sees only its own calls. With --policy every model name the agent asks for must be a "
         "policy or a --fixed-agent. Default: one policy trained on every call that is not fixed",
         metavar="NAME=lora:rR[:lr=X]",
+        run=Identity("shape", key="policies", unset_left_out=True, value=lambda given, _: sorted(given)),
     )
     fixed_agent: list[str] | None = option(
         None,
@@ -107,10 +112,12 @@ class ImitationSettings:
         "chat template; every step with --algorithm sft, else the first --sft-steps updates "
         "before RL",
         metavar="NAME",
+        run="shape",
     )
     sft_steps: int = option(
         0,
         "with --from-run and an RL algorithm: imitation updates before RL",
+        run="shape",
     )
     sft_batch: int = option(
         8,
@@ -173,19 +180,23 @@ class SamplingSettings:
     group_size: int = option(
         8,
         "rollouts per task in a step (a group)",
+        run="shape",
     )
     tasks_per_step: int = option(
         4,
         "groups per update",
+        run="shape",
     )
     train_temperature: float | None = option(
         None,
         "force this temperature on every training call, whatever the agent asks (1.0 samples the "
         "policy itself; default: the agent's own settings, which the learner reproduces exactly)",
+        run=Identity("shape", key="temperature", unset_left_out=True),  # named only when forced
     )
     train_top_p: float | None = option(
         None,
         "force this top-p on every training call",
+        run=Identity("shape", key="top_p", unset_left_out=True),
     )
     min_signal_groups: int = option(
         0,
@@ -245,6 +256,7 @@ class ValidationSettings:
         metavar="FILE",
         flags=("--val-tasks",),
         dest="val_tasks",
+        run=Identity("name", value=lambda path, _: resolved_file(path)),
     )
     every: int = option(
         5,
