@@ -16,6 +16,9 @@ from tether.store import Span
 
 T = TypeVar("T")
 
+# A 1x1 PNG, base64: an image a request can carry.
+PIXEL = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+
 
 def only_span(rig: GatewayRig, rollout_id: str) -> Span:
     spans = rig.store.query_spans(rollout_id=rollout_id)

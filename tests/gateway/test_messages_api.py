@@ -11,7 +11,7 @@ import anthropic
 import httpx
 import pytest
 
-from tests.gateway.dialect_helpers import call_through_pause, only_span
+from tests.gateway.dialect_helpers import PIXEL, call_through_pause, only_span
 from tests.gateway.scripted_upstream import FIRST_TOKEN_ID, PROMPT_IDS, Script, ScriptedCall, scripted_rig
 from tests.rigs import GatewayRig
 from tether.adapters.build import build_transitions
@@ -215,8 +215,12 @@ def test_tool_choice_any_and_named(srig: GatewayRig, script: Script) -> None:
         ({"messages": []}, "messages"),
         ({"messages": [{"role": "system", "content": "x"}]}, "messages[0].role"),
         (
-            {"messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]},
+            {"messages": [{"role": "user", "content": [{"type": "document", "source": {}}]}]},
             "messages[0].content[0].type",
+        ),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "file"}}]}]},
+            "messages[0].content[0].source.type",
         ),
         ({"tool_choice": {"type": "sometimes"}}, "tool_choice.type"),
     ],
@@ -304,3 +308,47 @@ def test_engine_upstream_records_exact_ids(engine_rig: GatewayRig, tiny_engine: 
     assert reply.usage.output_tokens == len(choice["token_ids"])
     [transition] = build_transitions(engine_rig.store, [rollout_id]).transitions
     assert transition.response_ids == choice["token_ids"]
+
+
+IMAGE_TURN = [
+    {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "What is in these?"},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PIXEL}},
+            {"type": "image", "source": {"type": "url", "url": "https://example.com/cat.png"}},
+        ],
+    }
+]
+
+
+def test_images_reach_the_upstream_as_chat_image_parts_and_are_recorded(
+    srig: GatewayRig, script: Script
+) -> None:
+    rollout_id, llm = session(srig)
+    reply = llm.messages.create(model="policy", messages=IMAGE_TURN, max_tokens=8)  # type: ignore[arg-type]
+    assert reply.content[0].text == script.text  # type: ignore[union-attr]
+    assert script.requests[-1]["messages"] == [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "What is in these?"},
+                {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PIXEL}"}},
+                {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}},
+            ],
+        }
+    ]
+    attrs = only_span(srig, rollout_id).attributes
+    assert attrs["request"]["messages"] == IMAGE_TURN
+    assert attrs["prompt_token_ids"] == PROMPT_IDS  # the upstream's, as for text
+    assert attrs["choices"][0]["token_ids"] == script.token_ids()
+    # Its prompt ids stand for pixels a text learner never sees: kept, not trained on, counted.
+    report = build_transitions(srig.store, [rollout_id])
+    assert report.transitions == [] and report.skipped == {"non_text_input": 1}
+
+
+def test_the_built_in_engine_refuses_an_image_naming_why(engine_rig: GatewayRig) -> None:
+    _, llm = session(engine_rig)
+    with pytest.raises(anthropic.BadRequestError) as raised:
+        llm.messages.create(model="policy", messages=IMAGE_TURN, max_tokens=8)  # type: ignore[arg-type]
+    assert "reads text only" in raised.value.body["error"]["message"]  # type: ignore[index]

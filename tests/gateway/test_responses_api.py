@@ -11,7 +11,7 @@ import httpx
 import openai
 import pytest
 
-from tests.gateway.dialect_helpers import call_through_pause, only_span, wait_for_spans
+from tests.gateway.dialect_helpers import PIXEL, call_through_pause, only_span, wait_for_spans
 from tests.gateway.scripted_upstream import FIRST_TOKEN_ID, PROMPT_IDS, Script, ScriptedCall, scripted_rig
 from tests.rigs import GatewayRig
 from tether.adapters.build import build_transitions
@@ -213,7 +213,15 @@ def test_attempt_scoped_base_url(srig: GatewayRig) -> None:
         ({"tools": [{"type": "file_search", "vector_store_ids": ["vs"]}]}, "tools[0].type"),
         ({"input": [{"type": "reasoning", "summary": []}]}, "input[0].type"),
         (
-            {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]},
+            {"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]},
+            "input[0].content[0].type",
+        ),
+        (
+            {"input": [{"role": "user", "content": [{"type": "input_image", "file_id": "f"}]}]},
+            "input[0].content[0].image_url",
+        ),
+        (
+            {"input": [{"role": "assistant", "content": [{"type": "input_image", "image_url": "x"}]}]},
             "input[0].content[0].type",
         ),
         ({"include": ["message.output_text.logprobs"]}, "include"),
@@ -332,3 +340,41 @@ def test_engine_upstream_records_exact_ids(engine_rig: GatewayRig, tiny_engine: 
     assert len(choice["logprobs"]) == len(choice["token_ids"])
     [transition] = build_transitions(engine_rig.store, [rollout_id]).transitions
     assert transition.response_ids == choice["token_ids"]
+
+
+DATA_URL = f"data:image/png;base64,{PIXEL}"
+IMAGE_INPUT = [
+    {
+        "role": "user",
+        "content": [
+            {"type": "input_text", "text": "What is this?"},
+            {"type": "input_image", "image_url": DATA_URL, "detail": "low"},
+        ],
+    }
+]
+
+
+def test_an_image_reaches_the_upstream_as_a_chat_image_part_and_is_recorded(
+    srig: GatewayRig, script: Script
+) -> None:
+    rollout_id, base_url, key = srig.session()
+    reply = client(base_url, key).responses.create(model="policy", input=IMAGE_INPUT)  # type: ignore[arg-type]
+    assert reply.output_text == script.text
+    assert script.requests[-1]["messages"] == [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "What is this?"},
+                {"type": "image_url", "image_url": {"url": DATA_URL, "detail": "low"}},
+            ],
+        }
+    ]
+    attrs = only_span(srig, rollout_id).attributes
+    assert attrs["request"]["input"] == IMAGE_INPUT and attrs["choices"][0]["token_ids"] == script.token_ids()
+
+
+def test_the_built_in_engine_refuses_an_image_naming_why(engine_rig: GatewayRig) -> None:
+    _, base_url, key = engine_rig.session()
+    with pytest.raises(openai.BadRequestError) as raised:
+        client(base_url, key).responses.create(model="policy", input=IMAGE_INPUT)  # type: ignore[arg-type]
+    assert "reads text only" in raised.value.body["message"]  # type: ignore[index]

@@ -407,6 +407,8 @@ def _read_call(span: Span, index: int, attempt: int | None, agents: _AgentFilter
     agent = attrs.get(CallAttr.AGENT)
     if not agents.selects(agent):
         return "agent_not_selected"
+    if _shows_more_than_text(attrs.get(CallAttr.CHAT_REQUEST) or attrs.get(CallAttr.REQUEST)):
+        return "non_text_input"  # its prompt ids stand for an image the learner cannot see
     picked = next((c for c in attrs.get(CallAttr.CHOICES) or [] if c.get("index") == choice), None)
     if picked is None:
         return "no_choices"
@@ -430,6 +432,17 @@ def _read_call(span: Span, index: int, attempt: int | None, agents: _AgentFilter
         logprobs=[float(x) for x in logprobs],
         sampler=Sampler.from_attr(attrs.get(CallAttr.SAMPLING)),
     )
+
+
+def _shows_more_than_text(request: Any) -> bool:
+    """Whether a chat request's messages hold a part other than text (an image, audio, a file)."""
+    messages = request.get("messages") if isinstance(request, dict) else None
+    for message in messages if isinstance(messages, list) else ():
+        content = message.get("content") if isinstance(message, dict) else None
+        for part in content if isinstance(content, list) else ():
+            if isinstance(part, dict) and part.get("type", "text") != "text":
+                return True
+    return False
 
 
 def _step_rewards(

@@ -97,6 +97,22 @@ def chat_tool_call(call_id: str, name: str, arguments: str) -> dict[str, Any]:
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
 
 
+def image_part(url: str, detail: str | None = None) -> dict[str, Any]:
+    """A chat content part showing an image (a URL, or a `data:` URL holding its bytes)."""
+    image: dict[str, Any] = {"url": url}
+    if detail is not None:
+        image["detail"] = detail
+    return {"type": "image_url", "image_url": image}
+
+
+def user_content(parts: list[dict[str, Any]]) -> str | list[dict[str, Any]]:
+    """A user message's chat content: its text parts joined into one string, as a text-only request
+    always was (the prompt, and its tokens, unchanged); with an image, the parts in their order."""
+    if all(part["type"] == "text" for part in parts):
+        return "\n".join(part["text"] for part in parts)
+    return parts
+
+
 def arguments_text(value: Any, param: str) -> str:
     """Function-call arguments as chat carries them: a JSON string."""
     if isinstance(value, str):

@@ -1,7 +1,8 @@
 """Anthropic's Messages API (`POST /v1/messages`) over the gateway's chat-completions path.
 
-Text and tool use; images, documents, extended thinking, server tools and `top_k` are refused with a 400
-that names the field. Errors come in Anthropic's shape, `{"type": "error", "error": {type, message}}`.
+Text, images (in user turns: forwarded to the upstream as chat image parts) and tool use; documents,
+extended thinking, server tools and `top_k` are refused with a 400 that names the field. Errors come
+in Anthropic's shape, `{"type": "error", "error": {type, message}}`.
 """
 
 from __future__ import annotations
@@ -25,11 +26,13 @@ from tether.gateway.dialects.common import (
     expect_dicts,
     expect_list,
     expect_str,
+    image_part,
     new_id,
     positive_int,
     read_chat_answer,
     require_default,
     sse_event,
+    user_content,
     write_events,
 )
 from tether.gateway.errors import GatewayError
@@ -160,7 +163,7 @@ def _user(blocks: Any, param: str) -> list[dict[str, Any]]:
     """Tool results become `tool` messages (first, as they answer the previous turn), the rest one user
     message."""
     results: list[dict[str, Any]] = []
-    texts: list[str] = []
+    parts: list[dict[str, Any]] = []
     for block, where in expect_dicts(blocks, param):
         if block.get("type") == "tool_result":
             results.append(
@@ -170,11 +173,28 @@ def _user(blocks: Any, param: str) -> list[dict[str, Any]]:
                     "content": _result_text(block.get("content", ""), f"{where}.content"),
                 }
             )
+        elif block.get("type") == "image":
+            parts.append(_image(block, where))
         else:
-            texts.append(_block_text(block, where))
-    if texts or not results:
-        results.append({"role": "user", "content": "\n".join(texts)})
+            parts.append({"type": "text", "text": _block_text(block, where)})
+    if parts or not results:
+        results.append({"role": "user", "content": user_content(parts)})
     return results
+
+
+def _image(block: dict[str, Any], param: str) -> dict[str, Any]:
+    """An image block as a chat image part: its base64 bytes as a `data:` URL, or its URL."""
+    source = expect_dict(block.get("source"), f"{param}.source")
+    if source.get("type") == "base64":
+        media = expect_str(source.get("media_type"), f"{param}.source.media_type")
+        return image_part(f"data:{media};base64,{expect_str(source.get('data'), f'{param}.source.data')}")
+    if source.get("type") == "url":
+        return image_part(expect_str(source.get("url"), f"{param}.source.url"))
+    raise bad_request(
+        f"image sources of type {source.get('type')!r} are not supported by the Tether gateway "
+        "(supported: base64, url)",
+        param=f"{param}.source.type",
+    )
 
 
 def _result_text(content: Any, param: str) -> str:

@@ -24,11 +24,13 @@ from tether.gateway.dialects.common import (
     expect_dict,
     expect_dicts,
     expect_str,
+    image_part,
     new_id,
     positive_int,
     read_chat_answer,
     require_default,
     sse_event,
+    user_content,
     write_events,
 )
 
@@ -59,6 +61,7 @@ SUPPORTED_FIELDS = (
     "conversation",
 )
 STATELESS = "the gateway keeps no responses; send the whole conversation in 'input'"
+STATELESS_FILES = "the gateway keeps no files: a URL, or the image's bytes as a data: URL"
 ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
 TEXT_PARTS = ("input_text", "output_text", "text", "refusal")
 # The chat finish reasons that leave a response incomplete, and the reason the response gives.
@@ -114,7 +117,11 @@ def _add_item(messages: list[dict[str, Any]], item: dict[str, Any], param: str) 
         role = ROLES.get(item.get("role"))  # type: ignore[arg-type]
         if role is None:
             raise bad_request(f"'{param}.role' must be one of {', '.join(ROLES)}", param=f"{param}.role")
-        messages.append({"role": role, "content": _text(item.get("content"), f"{param}.content")})
+        content = item.get("content")
+        where = f"{param}.content"
+        messages.append(
+            {"role": role, "content": _user(content, where) if role == "user" else _text(content, where)}
+        )
     elif kind == "function_call":
         call = chat_tool_call(
             expect_str(item.get("call_id"), f"{param}.call_id"),
@@ -142,21 +149,39 @@ def _add_item(messages: list[dict[str, Any]], item: dict[str, Any], param: str) 
         )
 
 
-def _text(content: Any, param: str) -> str:
-    """Message content as one string: a string, or text parts joined by newlines."""
+def _user(content: Any, param: str) -> str | list[dict[str, Any]]:
+    """A user message's content: its text, or with images (`input_image`), its parts in order."""
     if isinstance(content, str):
         return content
     parts = []
     for part, where in expect_dicts(content, param):
-        if part.get("type") not in TEXT_PARTS:
-            raise bad_request(
-                f"content parts of type {part.get('type')!r} are not supported by the Tether gateway "
-                "(only text)",
-                param=f"{where}.type",
-            )
-        text = part.get("refusal") if part.get("type") == "refusal" else part.get("text")
-        parts.append(expect_str(text, f"{where}.text"))
-    return "\n".join(parts)
+        if part.get("type") == "input_image":
+            if part.get("image_url") is None:
+                raise bad_request(
+                    f"an input_image needs an 'image_url' ({STATELESS_FILES})", f"{where}.image_url"
+                )
+            parts.append(image_part(expect_str(part["image_url"], f"{where}.image_url"), part.get("detail")))
+        else:
+            parts.append({"type": "text", "text": _part_text(part, where)})
+    return user_content(parts)
+
+
+def _text(content: Any, param: str) -> str:
+    """Message content as one string: a string, or text parts joined by newlines."""
+    if isinstance(content, str):
+        return content
+    return "\n".join(_part_text(part, where) for part, where in expect_dicts(content, param))
+
+
+def _part_text(part: dict[str, Any], param: str) -> str:
+    if part.get("type") not in TEXT_PARTS:
+        raise bad_request(
+            f"content parts of type {part.get('type')!r} are not supported here by the Tether gateway "
+            "(text; and images in user messages)",
+            param=f"{param}.type",
+        )
+    text = part.get("refusal") if part.get("type") == "refusal" else part.get("text")
+    return expect_str(text, f"{param}.text")
 
 
 def _tools(tools: Any) -> list[dict[str, Any]]:
