@@ -58,7 +58,7 @@ test: setup setup-vllm
 	bash scripts/ensure_chromium.sh
 	bash scripts/ensure_bwrap.sh
 	bash scripts/ensure_node.sh
-	$(BIN)/python -m pytest -q -ra --durations=25 -n 2 --dist loadgroup
+	$(BIN)/python -m pytest -q -ra --durations=25 -n 3 --dist loadgroup
 
 # The framework examples and the coding agent learn: teacher rollouts on train -> SFT warm start -> GRPO
 # (examples/*/pipeline.sh; coding-pipeline runs its agents under bubblewrap: scripts/ensure_bwrap.sh).

@@ -38,13 +38,16 @@ def dependency_markers(item: pytest.Item) -> set[str]:
     return markers
 
 
-# `make test` runs the suite on two pytest-xdist workers. The tests of one session-wide server share a
-# worker, so the vLLM server and the Ray cluster each start once (test_vllm_ray.py needs both), and the Ray
-# tests that count the cluster's processes see no other test's.
+# `make test` runs the suite on pytest-xdist workers. The tests of one session-wide server share a worker,
+# so the vLLM server and the Ray cluster each start once (test_vllm_ray.py needs both), and the Ray tests
+# that count the cluster's processes see no other test's. xdist hands out that group first (its largest
+# unit), then one test at a time in collection order: the pipelines, minutes each, come first, so that no
+# worker starts one when the others are nearly done.
 SHARED_WORKER = {"vllm": "vllm-and-ray", "ray": "vllm-and-ray"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: item.path != PIPELINES)  # stable: the rest keep their order
     for item in items:
         for marker in sorted(dependency_markers(item) - {mark.name for mark in item.iter_markers()}):
             item.add_marker(marker)
