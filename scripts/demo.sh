@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 project=demo-project
-steps="${TETHER_DEMO_STEPS:-12}"
+steps="${TETHER_DEMO_STEPS:-16}"
 run="${TETHER_DEMO_RUN:-demo}"
 fresh=()
 case "${TETHER_DEMO_FRESH:-}" in
