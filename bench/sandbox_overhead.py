@@ -5,7 +5,9 @@
 
 Each sandboxed launch pays for the check-free part of the sandbox: a Unix socket and its listener on
 Tether's side, bwrap's namespaces and mounts, and the in-sandbox relay (`python -I -S`) that listens on the
-sandbox's loopback before it starts the agent. The one-off check at start is not counted.
+sandbox's loopback before it starts the agent, and, where Tether may make cgroups (as root), the
+sandbox's own cgroup (made, joined, removed). A third agent runs in the sandbox without the cgroup, so
+the cgroup's share is measured in the same run. The one-off check at start is not counted.
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ import argparse
 import asyncio
 import statistics
 import time
+from pathlib import Path
 
 from tether.runner import LLM, CommandAgent
+from tether.runner.cgroups import Cgroups
 from tether.runner.sandbox import BwrapSandbox
 
 LLM_STUB = LLM(base_url="http://127.0.0.1:9/v1", api_key="tro-bench")
@@ -30,14 +34,19 @@ async def launch_seconds(agent: CommandAgent) -> float:
     return time.perf_counter() - started
 
 
-async def measure(launches: int) -> tuple[list[float], list[float]]:
-    plain, boxed = CommandAgent("true"), CommandAgent("true", sandbox=BwrapSandbox())
-    bare: list[float] = []
-    sandboxed: list[float] = []
-    for _ in range(launches):  # alternated, so both see the same machine load
-        bare.append(await launch_seconds(plain))
-        sandboxed.append(await launch_seconds(boxed))
-    return bare, sandboxed
+async def measure(launches: int) -> dict[str, list[float]]:
+    without_cgroup = BwrapSandbox()
+    without_cgroup.cgroups = Cgroups(root=Path("/nonexistent"))  # no cgroup to make: per-process limits
+    agents = {
+        "unsandboxed": CommandAgent("true"),
+        "--sandbox bwrap": CommandAgent("true", sandbox=BwrapSandbox()),
+        "--sandbox bwrap, no cgroup": CommandAgent("true", sandbox=without_cgroup),
+    }
+    seconds: dict[str, list[float]] = {name: [] for name in agents}
+    for _ in range(launches):  # in turns, so every kind sees the same machine load
+        for name, agent in agents.items():
+            seconds[name].append(await launch_seconds(agent))
+    return seconds
 
 
 def main() -> None:
@@ -46,15 +55,27 @@ def main() -> None:
     )
     parser.add_argument("--launches", type=int, default=40)
     args = parser.parse_args()
-    bare, sandboxed = asyncio.run(measure(args.launches))
-    plain, boxed = statistics.median(bare), statistics.median(sandboxed)
+    seconds = asyncio.run(measure(args.launches))
+    medians = {name: statistics.median(values) for name, values in seconds.items()}
+    print(
+        f"cgroups made here: {'yes' if Cgroups().available() else 'no (the two sandboxed kinds are alike)'}"
+    )
     print(f"| trivial agent (`true`), {args.launches} launches each | median start-to-exit | p90 |")
     print("|---|---|---|")
-    for name, values in (("unsandboxed", bare), ("--sandbox bwrap", sandboxed)):
+    for name, values in seconds.items():
         p90 = statistics.quantiles(values, n=10)[-1]
-        print(f"| {name} | {statistics.median(values) * 1000:.1f} ms | {p90 * 1000:.1f} ms |")
-    extra = (boxed - plain) * 1000
-    print(f"| ratio (sandboxed / unsandboxed, medians) | {boxed / plain:.1f}x | +{extra:.1f} ms |")
+        print(f"| {name} | {medians[name] * 1000:.1f} ms | {p90 * 1000:.1f} ms |")
+    plain, boxed = medians["unsandboxed"], medians["--sandbox bwrap"]
+    no_cgroup = medians["--sandbox bwrap, no cgroup"]
+    print(f"| ratio (sandboxed / unsandboxed, medians) | {boxed / plain:.1f}x | {_ms(boxed - plain)} |")
+    print(
+        f"| the cgroup's share (sandboxed / no cgroup) | {boxed / no_cgroup:.2f}x "
+        f"| {_ms(boxed - no_cgroup)} |"
+    )
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:+.1f} ms"
 
 
 if __name__ == "__main__":
