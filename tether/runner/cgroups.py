@@ -19,6 +19,8 @@ import contextlib
 import logging
 import os
 import signal
+import subprocess
+import sys
 import time
 import uuid
 from dataclasses import dataclass
@@ -135,17 +137,20 @@ class Cgroups:
         return self._hierarchies is not None
 
     def _probe(self) -> dict[str, Hierarchy]:
-        """The hierarchies to use, after making (and removing) a trial cgroup in each."""
+        """The hierarchies to use, after a trial cgroup in each: made, its limit file there, joined by a
+        child process as a sandbox's first process joins (through a descriptor), and removed."""
         found = self._v2() if (self.root / "cgroup.controllers").exists() else self._v1()
         for parent in {h.parent for h in found.values()}:
+            _sweep(parent)
             trial = parent / f"tether-probe-{os.getpid()}-{uuid.uuid4().hex[:8]}"
             trial.mkdir()
             try:
                 for hierarchy in found.values():
                     if hierarchy.parent == parent and not (trial / hierarchy.limit_file).exists():
                         raise OSError(f"{parent} has no {hierarchy.limit_file}")
+                _join_once(trial)
             finally:
-                trial.rmdir()
+                _remove(trial)
         return found
 
     def _v2(self) -> dict[str, Hierarchy]:
@@ -164,6 +169,43 @@ class Cgroups:
                 raise OSError(f"cgroup v1: no {key} hierarchy at {mount}")
             found[key] = Hierarchy(mount / _own_path(key), limit_file)
         return found
+
+
+def _sweep(parent: Path) -> None:
+    """Remove the empty cgroups a Tether process left when it was killed (named after its pid)."""
+    for folder in parent.glob("tether-*-*"):
+        pid = folder.name.split("-")[-2]
+        if not pid.isdigit() or _alive(int(pid)):
+            continue
+        with contextlib.suppress(OSError):
+            folder.rmdir()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _join_once(folder: Path) -> None:
+    """A short-lived child joins `folder` through a descriptor, as a sandbox's first process does."""
+    fd = os.open(folder / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-I", "-S", "-c", f"import os; os.write({fd}, b'0')"],
+            pass_fds=(fd,),
+            capture_output=True,
+            timeout=30,
+        )
+    finally:
+        os.close(fd)
+    if done.returncode != 0:
+        lines = done.stderr.decode(errors="replace").strip().splitlines()
+        raise OSError(f"a process cannot join {folder}: {lines[-1] if lines else done.returncode}")
 
 
 def _own_path(controller: str) -> str:
