@@ -95,7 +95,7 @@ class Cgroups:
     def __init__(self, root: Path = ROOT) -> None:
         self.root = root
         self._hierarchies: dict[str, Hierarchy] | None = None
-        self._why_not: str | None = None
+        self._probed = False
 
     def make(self, caps: Caps) -> AgentCgroup | None:
         wanted = {name for name, value in (("memory", caps.memory_bytes), ("pids", caps.processes)) if value}
@@ -125,11 +125,11 @@ class Cgroups:
         return sorted({h.parent for h in (self._hierarchies or {}).values()}) if self.available() else []
 
     def available(self) -> bool:
-        if self._hierarchies is None and self._why_not is None:
+        if not self._probed:
+            self._probed = True
             try:
                 self._hierarchies = self._probe()
             except OSError as exc:
-                self._why_not = str(exc)
                 log.info(
                     "sandbox: the memory and process caps are per process (no cgroup Tether may make: %s)",
                     exc,
@@ -186,8 +186,8 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
-        return True
+    except PermissionError:  # another user's: alive
+        pass
     return True
 
 
