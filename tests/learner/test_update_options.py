@@ -153,5 +153,15 @@ def test_rl_learning_rate_and_warm_up_start_after_the_sft_updates(tiny_path: Pat
     assert [plain.lr_factor(step) for step in range(3)] == [0.5, 1.0, 1.0]
     with pytest.raises(ValueError, match="rl-lr"):
         TrainConfig(model="tiny-random", rl_lr=0.0)
-    with pytest.raises(ValueError, match="tis_level"):
-        TrainConfig(model="tiny-random", tis_level="row")
+
+
+def test_rl_cosine_decay_falls_to_a_tenth_of_rls_rate_over_its_updates() -> None:
+    config = TrainConfig(
+        model="tiny-random", lr=1e-3, rl_lr=4e-4, rl_start_step=2, rl_warmup_steps=2, rl_decay_steps=4
+    )
+    half = math.sqrt(0.5)  # cos(pi / 4)
+    cosine = [1.0, 0.1 + 0.45 * (1 + half), 0.55, 0.1 + 0.45 * (1 - half), 0.1, 0.1]
+    warm_up = [0.5, 1.0, 1.0, 1.0, 1.0, 1.0]
+    expected = [1.0, 1.0] + [0.4 * w * c for w, c in zip(warm_up, cosine, strict=True)]
+    assert [config.lr_factor(step) for step in range(8)] == pytest.approx(expected)
+    assert TrainConfig(model="tiny-random", rl_start_step=1).lr_factor(100) == 1.0  # constant by default

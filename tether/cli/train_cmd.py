@@ -102,6 +102,13 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _rl_decay_steps(args: argparse.Namespace) -> int:
+    """The RL updates a cosine schedule falls over: every optimizer step of the run's RL steps."""
+    if args.rl_schedule != "cosine":
+        return 0
+    return args.steps * args.ppo_epochs * args.mini_batches
+
+
 def fit(args: argparse.Namespace) -> FitResult:
     """The run the command line describes, trained (or resumed) to its end; SystemExit for bad input."""
     from tether.learner.config import TrainConfig
@@ -138,6 +145,7 @@ def fit(args: argparse.Namespace) -> FitResult:
             tis_level=args.tis_level,
             rl_lr=args.rl_lr,
             rl_warmup_steps=args.rl_warmup_steps,
+            rl_decay_steps=_rl_decay_steps(args),
             rl_start_step=args.sft_steps if args.from_run and args.algorithm != "sft" else 0,
             ppo_epochs=args.ppo_epochs,
             mini_batches=args.mini_batches,

@@ -35,6 +35,12 @@ class LearnerSettings:
         0,
         "RL's learning rate rises linearly over its first N updates",
     )
+    rl_schedule: str = option(
+        "constant",
+        "RL's learning rate after its warm-up: constant, or cosine (it falls along a cosine to a "
+        "tenth over the run's --steps)",
+        choices=("constant", "cosine"),
+    )
     full: bool = option(
         False,
         "full fine-tuning instead of LoRA",
