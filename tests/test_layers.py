@@ -12,7 +12,18 @@ TETHER = Path(__file__).resolve().parent.parent / "tether"
 
 FLOORS: list[set[str]] = [
     # ground: shared contracts and small helpers
-    {"contracts", "errors", "filemodes", "limits", "models", "prompts", "registry", "sampling", "teacher"},
+    {
+        "contracts",
+        "errors",
+        "filemodes",
+        "limits",
+        "models",
+        "prompts",
+        "registry",
+        "sampling",
+        "teacher",
+        "text",
+    },
     {"store", "engines", "ray"},  # records, the built-in engine, the Ray cluster and transfers
     {"gateway", "runner", "tracing", "adapters", "project"},  # calls recorded; records turned to samples
     {
@@ -25,7 +36,8 @@ FLOORS: list[set[str]] = [
     {"dashboard", "compose", "stack", "learner", "curriculum"},  # servers a command runs, the update, tasks
     {"placement"},  # where the parts run: this process or Ray
     {"trainer"},  # the loop
-    {"cli"},  # commands
+    {"experiment"},  # a command's parts opened from its settings tree; the Python API
+    {"cli"},  # commands: flags into a settings tree
 ]
 
 

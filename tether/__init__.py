@@ -1,7 +1,8 @@
 """Tether: train existing AI agents with reinforcement learning, with zero changes to their code.
 
 For agents: `tether.emit_reward`, `tether.span`, `tether.traced`, `tether.get_prompt`. For training:
-`tether.train(tether.TrainSettings(...))` runs what `tether train` runs (examples/python_api.py); below it,
+`tether.train(tether.TrainSettings(...))` runs what `tether train` runs (examples/python_api.py; keys from
+`tether.Secrets` or the environment); below it,
 `tether.Trainer(tether.TrainerConfig(...), ...).fit(agent, train_tasks, val_tasks, evaluator)` with a
 `tether.CommandAgent` or `tether.CallableAgent`; `tether.open_store(url)` opens a store.
 
@@ -15,8 +16,10 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tether.cli.api import SettingsError, train
     from tether.config import TrainSettings
+    from tether.experiment.errors import SettingsError
+    from tether.experiment.secrets import Secrets
+    from tether.experiment.train import train
     from tether.learner.config import TrainConfig
     from tether.prompts import get_prompt
     from tether.runner import CallableAgent, CommandAgent, load_tasks
@@ -41,8 +44,9 @@ _LAZY = {
     "emit_reward": "tether.tracing",
     "span": "tether.tracing",
     "traced": "tether.tracing",
-    "train": "tether.cli.api",
-    "SettingsError": "tether.cli.api",
+    "train": "tether.experiment.train",
+    "SettingsError": "tether.experiment.errors",
+    "Secrets": "tether.experiment.secrets",
     "TrainSettings": "tether.config",
     "Trainer": "tether.trainer.loop",
     "TrainerConfig": "tether.trainer.loop",
@@ -55,6 +59,7 @@ __all__ = [
     "Reward",
     "Rollout",
     "RolloutStatus",
+    "Secrets",
     "SettingsError",
     "Span",
     "Store",

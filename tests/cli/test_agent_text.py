@@ -16,8 +16,8 @@ import pytest
 from tests.gateway.fake_upstream import Behaviour, create_fake_upstream
 from tests.helpers import serve_app
 from tether.cli.main import main
-from tether.cli.text import printable
 from tether.store import RolloutStatus, SQLiteStore
+from tether.text import printable
 
 AGENT = Path(__file__).parent / "agents" / "hostile_text_agent.py"
 CONTROLS = [chr(code) for code in [*range(0x09), *range(0x0B, 0x20), *range(0x7F, 0xA0)]]

@@ -22,7 +22,7 @@ from tether.policy_server import PolicyServerOptions, open_policy_server
 MakeLearner = Callable[[TrainConfig], Learner]
 LR = 1e-2
 WARMUP = 3
-# The progress line and the run's records read these of every step (tether/cli/progress.py).
+# The progress line and the run's records read these of every step (tether/experiment/progress.py).
 REPORTED = ("loss", "clip_fraction", "approx_kl", "nll", "seconds", "grad_norm", "lr")
 
 

@@ -6,7 +6,7 @@ import io
 
 from rich.console import Console
 
-from tether.cli.progress import held_out_score, step_line, step_progress
+from tether.experiment.progress import held_out_score, step_line, step_progress
 
 TRAIN = {
     "kind": "train",

@@ -245,8 +245,9 @@ async def test_policies_in_one_batch_use_only_their_own_prefixes(
 
 
 def test_the_builtin_server_passes_its_budget_to_the_engine(tiny_path: Path) -> None:
-    from tether.cli.common import policy_server_options
     from tether.cli.main import build_parser
+    from tether.cli.options import settings_from_args
+    from tether.experiment.serving import policy_server_options
     from tether.policy_server.builtin.server import BuiltinPolicyServer
 
     parser = build_parser()
@@ -255,7 +256,8 @@ def test_the_builtin_server_passes_its_budget_to_the_engine(tiny_path: Path) -> 
         (["--prefix-cache-mb", "0"], 0),
         (["--prefix-cache-mb", "1.5"], 1.5),
     ):
-        options = policy_server_options(parser.parse_args(["serve", *flags]), "policy", None).builtin
+        settings = settings_from_args(parser.parse_args(["serve", *flags]))
+        options = policy_server_options(settings.server, None, None, "policy", None).builtin
         server = BuiltinPolicyServer(str(tiny_path), options)
         try:
             assert server.engine._prefixes.budget == int(budget * 2**20)

@@ -4,7 +4,6 @@ its own span and never as a model call; a judge that fails fails that rollout's 
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -15,8 +14,9 @@ from tests.gateway.fake_upstream import Behaviour, create_fake_upstream
 from tests.helpers import serve_app
 from tests.rewards.test_judge import judge_server
 from tether.cli.main import main
-from tether.cli.sandbox_args import hidden_paths
+from tether.config.commands import RolloutSettings
 from tether.contracts import JUDGE_SPAN, Origin, is_call_span
+from tether.experiment.sandbox import hidden_paths
 from tether.rewards import RewardOptions, combine, parse_weights, reward_source
 from tether.runner.rewards import RewardError
 from tether.runner.sandbox_view import under
@@ -95,10 +95,9 @@ def test_a_sandboxed_agent_gets_neither_the_evaluators_file_nor_the_rubric(tmp_p
     sources = combine(
         [reward_source(f"{evaluator}:answered"), reward_source(f"judge:{rubric}", options)], None
     )
-    args = argparse.Namespace(
-        agent=f"{sys.executable} {AGENT}", agent_cwd=None, project_dir=str(tmp_path / "p"), tasks=str(tasks)
-    )
-    args.sandbox_hide = []
-    hidden = hidden_paths(args, sources)
+    settings = RolloutSettings()
+    settings.agent.command, settings.tasks.file = f"{sys.executable} {AGENT}", str(tasks)
+    settings.store.project_dir = str(tmp_path / "p")
+    hidden = hidden_paths(settings, sources)
     # each hidden with its folder (its data files too): the agent's code lives elsewhere
     assert under(str(evaluator.resolve()), hidden) and under(str(rubric.resolve()), hidden)

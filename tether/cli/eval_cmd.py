@@ -18,11 +18,11 @@ from rich.console import Console
 from rich.table import Table
 
 from tether.adapters.build import ALL_ROWS
-from tether.cli.common import open_cli_store
-from tether.cli.options import add_settings
-from tether.cli.reward_args import rewards_from_args
-from tether.cli.secrets import JUDGE_KEY, add_secret_arg
+from tether.cli.options import add_settings, settings_from_args
+from tether.cli.secrets import JUDGE_KEY, add_secret_arg, secret_value
 from tether.config.inspect import EvaluateSettings
+from tether.experiment.assembly import open_settings_store
+from tether.experiment.rewards import rewards_of
 from tether.runner import RewardError, TaskFileError, load_tasks
 from tether.runner.rewards import Evaluator, evaluate
 from tether.store import RolloutStatus
@@ -46,14 +46,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    settings: EvaluateSettings = settings_from_args(args)
     try:
-        evaluator = rewards_from_args(args)[0]
+        evaluator = rewards_of(settings.rewards, secret_value(args, JUDGE_KEY))[0]
         tasks = {task.id: task.input for task in load_tasks(args.tasks)}
     except (RewardError, TaskFileError) as exc:
         raise SystemExit(f"tether eval: {exc}") from None
     if evaluator is None:
         raise SystemExit("tether eval: give --reward MODULE:FUNCTION (or judge:RUBRIC.md) to score with")
-    store = open_cli_store(args, "eval")
+    store = open_settings_store(settings.store, "eval")
     try:
         held_out = [r for r in store.list_rollouts(run=args.run, limit=ALL_ROWS) if r.mode == "val"]
         if not held_out:

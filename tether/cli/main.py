@@ -21,6 +21,7 @@ from tether.cli.options import config_file_in, load_config_file, print_config, r
 from tether.cli.quiet import configure_output
 from tether.cli.secrets import refuse_secrets
 from tether.engines.openmp import prefer_passive_waiting
+from tether.experiment.errors import SettingsError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -73,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     configure_output(getattr(args, "verbose", False), args.command in MODEL_COMMANDS)
     try:
         return int(args.command_main(args) or 0)
+    except SettingsError as exc:  # one line naming the setting and the fix, as argparse's own errors
+        raise SystemExit(str(exc)) from None
     except KeyboardInterrupt:
         return 130
 

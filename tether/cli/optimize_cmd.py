@@ -13,14 +13,15 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from tether.cli.experiment import open_experiment
 from tether.cli.options import add_settings, settings_from_args
-from tether.cli.progress import progress_bar
-from tether.cli.rollout_cmd import load_inputs, runner_config
-from tether.cli.secrets import JUDGE_KEY, OPTIMIZER_KEY, UPSTREAM_KEY, add_secret_arg, secret_value
+from tether.cli.secrets import JUDGE_KEY, OPTIMIZER_KEY, UPSTREAM_KEY, add_secret_arg, secrets_of
 from tether.config.commands import OptimizePromptSettings
 from tether.config.option import run_identity
 from tether.contracts import DEFAULT_ROUTE, POLICY_UPSTREAM
+from tether.experiment.assembly import open_experiment
+from tether.experiment.inputs import load_inputs, runner_config
+from tether.experiment.progress import progress_bar
+from tether.experiment.secrets import Secrets
 from tether.gateway import HTTPUpstream, HTTPUpstreamConfig
 from tether.gateway.upstreams import Upstream
 from tether.prompt_search.apo import APOConfig, run_apo
@@ -72,8 +73,8 @@ class Inputs:
     initial: str | None
 
 
-def _inputs(args: argparse.Namespace) -> Inputs:
-    tasks, evaluator, agent = load_inputs(args)
+def _inputs(args: argparse.Namespace, settings: OptimizePromptSettings, secrets: Secrets) -> Inputs:
+    tasks, evaluator, agent = load_inputs(settings, secrets.judge_key)
     try:
         val_tasks = load_tasks(args.val_tasks)
         check_reference_reader(evaluator, val_tasks)
@@ -103,19 +104,21 @@ def _configs(args: argparse.Namespace) -> APOConfig | ParetoConfig:
 
 
 def run(args: argparse.Namespace) -> int:
-    inputs = _inputs(args)
+    settings: OptimizePromptSettings = settings_from_args(args)
+    secrets = secrets_of(args)
+    inputs = _inputs(args, settings, secrets)
     config = _configs(args)
-    runner_settings = runner_config(args)
-    named, shape = run_identity(settings_from_args(args), "optimize-prompt")  # the settings' declarations
+    runner_settings = runner_config(settings.agent, settings.rewards.primary_reward)
+    named, shape = run_identity(settings, "optimize-prompt")  # the settings' declarations
     pool_tasks = [*inputs.tasks, *inputs.val_tasks]
     experiment = open_experiment(
-        args, "optimize-prompt", console, inputs.tasks, inputs.agent, named, shape, pool_tasks=pool_tasks
+        settings, "optimize-prompt", console, inputs.tasks, inputs.agent, named, shape, pool_tasks=pool_tasks
     )
     store = experiment.store
-    upstreams, routes, optimizer_model = _optimizer_route(args)
+    upstreams, routes, optimizer_model = _optimizer_route(args, secrets.optimizer_key)
     started = time.monotonic()
     try:
-        with experiment.serving(args, console, upstreams, routes) as stack:
+        with experiment.serving(settings, secrets.upstream_key, console, upstreams, routes) as stack:
             session = store.start_session(
                 {"purpose": "prompt-optimizer"}, worker_id=OPTIMIZER_AGENT, mode=OPTIMIZER_AGENT
             )
@@ -163,7 +166,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _optimizer_route(args: argparse.Namespace) -> tuple[list[Upstream], dict[str, str] | None, str]:
+def _optimizer_route(
+    args: argparse.Namespace, optimizer_key: str | None
+) -> tuple[list[Upstream], dict[str, str] | None, str]:
     """The optimizer's upstream and routes, and the model name it asks the gateway for: the policy
     itself, or an external endpoint under its own alias."""
     if args.optimizer_endpoint == POLICY_UPSTREAM:
@@ -172,7 +177,7 @@ def _optimizer_route(args: argparse.Namespace) -> tuple[list[Upstream], dict[str
         HTTPUpstreamConfig(
             name=OPTIMIZER_AGENT,
             base_url=args.optimizer_endpoint,
-            api_key=secret_value(args, OPTIMIZER_KEY),
+            api_key=optimizer_key,
             model=args.optimizer_model,
             request_logprobs=False,
         )

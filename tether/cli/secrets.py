@@ -22,6 +22,7 @@ from typing import Any, NoReturn
 from urllib.parse import parse_qsl, urlsplit
 
 from tether.contracts import JUDGE_KEY_ENV, OPTIMIZER_KEY_ENV, TEACHER_KEY_ENV, UPSTREAM_KEY_ENV
+from tether.experiment.secrets import Secrets
 from tether.store.backends import STORE_ENV, TOKEN_ENV
 
 WHY = "where every process on this machine can read it (/proc/PID/cmdline)"
@@ -121,6 +122,16 @@ def secret_value(args: argparse.Namespace, secret: SecretOption) -> str | None:
     if not text:
         raise SystemExit(f"tether: {secret.file_flag} {path} is empty")
     return text
+
+
+def secrets_of(args: argparse.Namespace) -> Secrets:
+    """The keys the command's secret options and the environment give (None where neither does)."""
+    return Secrets(
+        upstream_key=secret_value(args, UPSTREAM_KEY),
+        judge_key=secret_value(args, JUDGE_KEY),
+        teacher_key=secret_value(args, TEACHER_KEY),
+        optimizer_key=secret_value(args, OPTIMIZER_KEY),
+    )
 
 
 def refuse_secrets(argv: Sequence[str]) -> None:

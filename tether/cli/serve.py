@@ -11,14 +11,15 @@ from pathlib import Path
 import uvicorn
 from rich.console import Console
 
-from tether.cli.common import open_cli_store, request_caps, serving_policy
-from tether.cli.options import add_settings
-from tether.cli.quota_args import agent_quota
-from tether.cli.secrets import UPSTREAM_KEY, add_secret_arg
+from tether.cli.options import add_settings, settings_from_args
+from tether.cli.secrets import UPSTREAM_KEY, add_secret_arg, secret_value
 from tether.compose import create_app
 from tether.config.commands import ServeSettings
 from tether.contracts import DEFAULT_ROUTE, POLICY_UPSTREAM
 from tether.dashboard import DashboardConfig
+from tether.experiment.assembly import open_settings_store
+from tether.experiment.inputs import agent_quota, request_caps
+from tether.experiment.serving import serving_policy
 from tether.gateway import Gateway, GatewayConfig
 from tether.gateway.server import (
     ClientTimeouts,
@@ -69,11 +70,12 @@ def _is_loopback(host: str) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
+    settings: ServeSettings = settings_from_args(args)
     project = Project.at(args.project_dir)
     routes = parse_routes(args.route)
     if args.heartbeat_timeout <= 0:
         raise SystemExit("tether serve: --heartbeat-timeout must be positive")
-    request_caps(args)
+    request_caps(args.max_tokens_cap, args.n_cap, "serve")
     if args.header_timeout < 0 or args.body_timeout < 0:
         raise SystemExit("tether serve: --header-timeout and --body-timeout cannot be negative")
     if not _is_loopback(args.host):
@@ -84,16 +86,24 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.store and scheme_of(args.store) in ("http", "https"):
         raise SystemExit("tether serve: --store must name a database (serve is what http(s) stores point at)")
-    store = open_cli_store(args, "serve")
+    store = open_settings_store(settings.store, "serve")
     sweeper = StaleSweeper(store, args.heartbeat_timeout)
     authority = project.authority()
     token_path = project.write_admin_token(authority)
     config = GatewayConfig.for_agents(
-        agent_quota(args), routes=routes, max_tokens_cap=args.max_tokens_cap, n_cap=args.n_cap
+        agent_quota(settings.quota), routes=routes, max_tokens_cap=args.max_tokens_cap, n_cap=args.n_cap
     )
     gateway = Gateway(store, authority, config)
     policy = contextlib.ExitStack()  # vLLM, when it serves the policy, stops with the server
-    upstream = policy.enter_context(serving_policy(args, console, project.state_dir / "logs"))
+    serving = serving_policy(
+        settings.server,
+        settings.upstream,
+        secret_value(args, UPSTREAM_KEY),
+        console,
+        project.state_dir / "logs",
+        adapter=settings.gateway.adapter,
+    )
+    upstream = policy.enter_context(serving)
     gateway.add_upstream(upstream)
     app = create_app(gateway, _dashboard(project, upstream))
     try:

@@ -16,7 +16,6 @@ from rich.text import Text
 from tether.adapters.build import ALL_ROWS
 from tether.cli.options import add_settings
 from tether.cli.secrets import STORE_TOKEN, add_secret_arg, secret_value
-from tether.cli.text import shown
 from tether.config.inspect import (
     ListRolloutsSettings,
     RewardAgreementSettings,
@@ -28,6 +27,7 @@ from tether.project import Project
 from tether.store import NotFound, RolloutStatus, Store, StoreError, StoreOptions, open_store, rollout_reward
 from tether.store.backends import default_store_url, scheme_of, sqlite_path
 from tether.store.records import Rollout, Span
+from tether.text import shown
 
 console = Console()
 PREVIEW_IDS = 12

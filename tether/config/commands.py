@@ -129,3 +129,7 @@ class ExportSettings:
     """`tether export`: a run's policy version as a PEFT adapter or a merged model folder."""
 
     export: PolicyExportSettings = field(default_factory=PolicyExportSettings)
+
+
+# The commands that run agents: each has an agent, tasks, rewards, a sandbox, a runner, Ray and a store.
+RunsAgents = RolloutSettings | TrainSettings | OptimizePromptSettings

@@ -14,7 +14,7 @@ from typing import IO, Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from tether.cli.text import printable
+from tether.text import printable
 
 OnStep = Callable[[dict[str, Any]], None]
 

@@ -1,9 +1,8 @@
-"""`--sandbox KIND` and its options, for every command that launches agents (rollout, train,
-optimize-prompt): defined here once, turned into the `Sandbox` that `CommandAgent` takes."""
+"""The sandbox settings of every command that launches agents (rollout, train, optimize-prompt), turned
+into the `Sandbox` that `CommandAgent` takes."""
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import logging
 import os
@@ -12,6 +11,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from tether.config.agent import SandboxSettings
+from tether.config.commands import OptimizePromptSettings, RunsAgents, TrainSettings
 from tether.project import Project
 from tether.rewards import evaluator_files
 from tether.runner.agents import PRIVATE_VARIABLES, agent_identity
@@ -28,59 +29,58 @@ from tether.store.backends import StoreURLError, scheme_of, sqlite_path
 log = logging.getLogger(__name__)
 AUTO = "auto"
 DEFAULTS = SandboxLimits()
-# The options that only mean something with a sandbox.
-SANDBOX_ONLY = (
-    "--sandbox-env",
-    "--sandbox-hide",
-    "--sandbox-show",
-    "--sandbox-cpu",
-    "--sandbox-memory",
-    "--sandbox-processes",
-    "--sandbox-scratch",
-)
+# The settings that only mean something with a sandbox: flag, and field of the sandbox settings.
+SANDBOX_ONLY = {
+    "--sandbox-env": "env",
+    "--sandbox-hide": "hide",
+    "--sandbox-show": "show",
+    "--sandbox-cpu": "cpu",
+    "--sandbox-memory": "memory",
+    "--sandbox-processes": "processes",
+    "--sandbox-scratch": "scratch",
+}
 
 
-def sandbox_from_args(
-    args: argparse.Namespace, evaluator: Callable[..., Any] | None, *others: Any
-) -> Sandbox | None:
+def sandbox_of(settings: RunsAgents, evaluator: Callable[..., Any] | None, *others: Any) -> Sandbox | None:
     """The sandbox the options ask for (None: none), checked when it is the default's (`auto`: bwrap for
     agents launched here, wherever it can run; none where they run elsewhere, a Job's pod or a Ray
-    worker). Raises ValueError naming what is wrong. `args.sandbox` is left as the kind chosen."""
-    here = getattr(args, "runner", "local") == "local" and not getattr(args, "ray", None)
-    auto = args.sandbox == AUTO
+    worker). Raises ValueError naming what is wrong. `settings.sandbox.kind` is left as the kind chosen."""
+    chosen = settings.sandbox
+    here = settings.runner.runner == "local" and not settings.ray.ray
+    auto = chosen.kind == AUTO
     if auto:
-        args.sandbox = "bwrap" if here else "none"
-    given = [flag for flag in SANDBOX_ONLY if getattr(args, flag[2:].replace("-", "_"), None)]
-    if args.sandbox == "none":
+        chosen.kind = "bwrap" if here else "none"
+    given = [flag for flag, field in SANDBOX_ONLY.items() if getattr(chosen, field)]
+    if chosen.kind == "none":
         if given:
             raise ValueError(f"{given[0]} is an option of the sandbox, which --sandbox none turns off")
         return None
     if not here:
         raise ValueError(
-            f"--sandbox {args.sandbox} confines agents launched on this machine: with --runner k8s the "
+            f"--sandbox {chosen.kind} confines agents launched on this machine: with --runner k8s the "
             "Job's pod is the boundary (docs/security.md), and --ray does not take a sandbox yet"
         )
-    private = sorted(set(args.sandbox_env) & PRIVATE_VARIABLES)
+    private = sorted(set(chosen.env) & PRIVATE_VARIABLES)
     if private:
         raise ValueError(f"--sandbox-env {private[0]}: Tether's own settings and secrets never reach agents")
-    shown = tuple(os.path.abspath(os.path.expanduser(p)) for p in args.sandbox_show)
+    shown = tuple(os.path.abspath(os.path.expanduser(p)) for p in chosen.show)
     missing = [path for path in shown if not os.path.exists(path)]
     if missing:
         raise ValueError(f"--sandbox-show {missing[0]}: no such file or directory")
     options = SandboxOptions(
-        limits_from_args(args), tuple(args.sandbox_env), hidden_paths(args, evaluator, *others), show=shown
+        limits_of(chosen), tuple(chosen.env), hidden_paths(settings, evaluator, *others), show=shown
     )
-    sandbox = open_sandbox(args.sandbox, options)
-    if auto and not _runs_here(sandbox, args, given):
-        args.sandbox = "none"
+    sandbox = open_sandbox(chosen.kind, options)
+    if auto and not _runs_here(sandbox, settings.agent.user, given):
+        chosen.kind = "none"
         return None
     return sandbox
 
 
-def _runs_here(sandbox: Sandbox, args: argparse.Namespace, given: list[str]) -> bool:
+def _runs_here(sandbox: Sandbox, agent_user: str | None, given: list[str]) -> bool:
     """Whether the default's sandbox can run here (checked once: the agent's check finds it ready), or
     one line saying why not; sandbox options it cannot honour are refused."""
-    identity = agent_identity(args.agent_user) if getattr(args, "agent_user", None) else {}
+    identity = agent_identity(agent_user) if agent_user else {}
     try:
         sandbox.check(identity)
     except SandboxError as exc:
@@ -95,12 +95,12 @@ def _runs_here(sandbox: Sandbox, args: argparse.Namespace, given: list[str]) -> 
     return True
 
 
-def limits_from_args(args: argparse.Namespace) -> SandboxLimits:
+def limits_of(sandbox: SandboxSettings) -> SandboxLimits:
     given = dict(
-        cpu_s=args.sandbox_cpu,
-        memory_mib=args.sandbox_memory,
-        processes=args.sandbox_processes,
-        scratch_mib=args.sandbox_scratch,
+        cpu_s=sandbox.cpu,
+        memory_mib=sandbox.memory,
+        processes=sandbox.processes,
+        scratch_mib=sandbox.scratch,
     )
     if any(value is not None and value < 0 for value in given.values()):
         raise ValueError(
@@ -110,19 +110,26 @@ def limits_from_args(args: argparse.Namespace) -> SandboxLimits:
     return dataclasses.replace(DEFAULTS, **{key: value for key, value in given.items() if value is not None})
 
 
-def hidden_paths(
-    args: argparse.Namespace, evaluator: Callable[..., Any] | None, *others: Any
-) -> tuple[str, ...]:
+def hidden_paths(settings: RunsAgents, evaluator: Callable[..., Any] | None, *others: Any) -> tuple[str, ...]:
     """What the agent must not see, wherever it falls inside what it is shown: the project's `.tether/`
     and `.git/`, the store's files, the task files (their answers), the evaluator's and other reward
     sources' folders (their data files; only their own files when the agent's code shares the
     folder), and what the user names."""
-    project = Project.at(getattr(args, "project_dir", None))
+    project = Project.at(settings.store.project_dir)
     hide = [str(path) for path in project_hide(project.root)]
-    hide += store_files(getattr(args, "store", None), project.root)
-    hide += [os.path.abspath(f) for f in (args.tasks, getattr(args, "val_tasks", None)) if f]
-    hide += scorer_paths([evaluator, *others], agent_files(args.agent))
-    return tuple([*hide, *(os.path.abspath(os.path.expanduser(p)) for p in args.sandbox_hide)])
+    hide += store_files(settings.store.url, project.root)
+    hide += [os.path.abspath(f) for f in (settings.tasks.file, val_tasks_file(settings)) if f]
+    hide += scorer_paths([evaluator, *others], agent_files(settings.agent.command or ""))
+    return tuple([*hide, *(os.path.abspath(os.path.expanduser(p)) for p in settings.sandbox.hide)])
+
+
+def val_tasks_file(settings: RunsAgents) -> str | None:
+    """The held-out task file, for the commands that have one."""
+    if isinstance(settings, TrainSettings):
+        return settings.validation.tasks
+    if isinstance(settings, OptimizePromptSettings):
+        return settings.tasks.val_tasks
+    return None
 
 
 def store_files(url: str | None, project_root: Path) -> list[str]:

@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import pytest
 
-from tether.cli.common import engine_kind, policy_server_options
 from tether.cli.main import build_parser
+from tether.cli.options import settings_from_args
+from tether.experiment.errors import SettingsError
+from tether.experiment.serving import engine_kind, policy_server_options
 
 UPSTREAM = "http://127.0.0.1:9/v1"
 
 
 def kind_of(*flags: str) -> tuple[str, tuple[str, ...]]:
     args = build_parser().parse_args(["rollout", "--agent", "a", "--tasks", "t.jsonl", *flags])
-    kind = engine_kind(args)
-    return kind, policy_server_options(args, "policy", None).vllm.urls
+    settings = settings_from_args(args)
+    kind = engine_kind(settings.server, settings.upstream)
+    return kind, policy_server_options(settings.server, settings.upstream, None, "policy", None).vllm.urls
 
 
 @pytest.mark.parametrize(
@@ -40,9 +43,9 @@ def test_the_kind_and_the_servers_a_command_line_names(
 
 
 def test_an_upstream_belongs_to_the_openai_kind_only() -> None:
-    with pytest.raises(SystemExit, match=r"--policy-server openai forwards to --upstream URL: give it"):
+    with pytest.raises(SettingsError, match=r"--policy-server openai forwards to --upstream URL: give it"):
         kind_of("--policy-server", "openai")
     with pytest.raises(
-        SystemExit, match=r"--upstream is the openai policy server's: drop it, or --policy-server vllm"
+        SettingsError, match=r"--upstream is the openai policy server's: drop it, or --policy-server vllm"
     ):
         kind_of("--engine", "vllm", "--upstream", UPSTREAM)
