@@ -1,6 +1,7 @@
 """The composition root: one ASGI app from a gateway. The model calls (served in front of FastAPI), the
-model list, reward events, the admin API, the store API and the OTLP receiver, with each part's errors in
-its own shape, `/healthz`, Prometheus `/metrics` and the dashboard at `/ui`."""
+model list, reward events, named sessions and their later rewards, the admin API, the store API and the
+OTLP receiver, with each part's errors in its own shape, `/healthz`, Prometheus `/metrics` and the
+dashboard at `/ui`."""
 
 from __future__ import annotations
 
@@ -19,11 +20,14 @@ from tether.gateway.errors import GatewayError
 from tether.gateway.events import create_event_router
 from tether.gateway.metrics import create_metrics_router
 from tether.gateway.model_api import add_unsupported_api_routes, create_models_router
+from tether.gateway.sessions import SessionBook, create_session_router
 from tether.store.server import create_store_router, install_store_error_handlers
 from tether.tracing.otlp import create_otlp_router
 
 
-def create_app(gateway: Gateway, dashboard: DashboardConfig | None = None) -> FastAPI:
+def create_app(
+    gateway: Gateway, dashboard: DashboardConfig | None = None, sessions: SessionBook | None = None
+) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         yield
@@ -46,6 +50,7 @@ def create_app(gateway: Gateway, dashboard: DashboardConfig | None = None) -> Fa
     app.include_router(create_models_router(gateway))
     app.include_router(create_event_router(gateway))
     app.include_router(create_admin_router(gateway))
+    app.include_router(create_session_router(sessions or SessionBook(gateway)))
     # One body cap and one span quota for every route an agent sends spans to.
     store, auth, cap, ledger = gateway.store, gateway.auth, gateway.config.max_body_bytes, gateway.span_ledger
     app.include_router(create_store_router(store, auth, max_body_bytes=cap, spans=ledger))

@@ -41,9 +41,16 @@ class Project:
         return authority
 
     def write_admin_token(self, authority: TokenAuthority) -> Path:
-        path = self.admin_token_path
+        return self.write_key(self.admin_token_path, authority.admin_token)
+
+    def write_session_keys(self, authority: TokenAuthority) -> tuple[Path, Path]:
+        """The deploy key and the reward key of named sessions, each in a file only its owner reads."""
+        deploy = self.write_key(self.state_dir / "deploy_key", authority.deploy_token)
+        return deploy, self.write_key(self.state_dir / "reward_key", authority.reward_token)
+
+    def write_key(self, path: Path, key: str) -> Path:
         private_dir(path.parent)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as handle:
-            handle.write(authority.admin_token + "\n")
+            handle.write(key + "\n")
         return path

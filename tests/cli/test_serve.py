@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import openai
 import pytest
 
@@ -190,3 +191,39 @@ def test_serve_smollm2_answers_and_records(tmp_path: Path) -> None:
     store.close()
     shown = tether("store", "show", cwd=tmp_path)
     assert "policy version" in shown.stdout and str(choice["token_ids"][0]) in shown.stdout
+
+
+def test_kill_9_loses_no_session_and_no_later_reward(tmp_path: Path, upstream: str) -> None:
+    def post(url: str, key_file: str, body: dict[str, object] | None = None) -> httpx.Response:
+        key = (tmp_path / ".tether" / key_file).read_text().strip()
+        return httpx.post(url, json=body or {}, headers={"Authorization": f"Bearer {key}"}, timeout=30)
+
+    with tether_serve(tmp_path, "--upstream", upstream, "--no-session") as served:
+        assert any("/sessions/open" in line for line in served.output)
+        creds = post(f"{served.url}/sessions/open", "deploy_key", {"session": "chat-1"}).json()
+        llm = openai.OpenAI(base_url=creds["base_url"], api_key=creds["api_key"], max_retries=0)
+        llm.chat.completions.create(model="policy", messages=[{"role": "user", "content": "hello"}])
+        assert (
+            post(f"{served.url}/sessions/chat-1/rewards", "reward_key", {"thumbs": "up"}).status_code == 200
+        )
+        served.process.send_signal(signal.SIGKILL)
+        served.process.wait(timeout=30)
+
+    with tether_serve(tmp_path, "--upstream", upstream, "--no-session") as served:
+        again = post(f"{served.url}/sessions/open", "deploy_key", {"session": "chat-1"}).json()
+        assert (again["rollout_id"], again["api_key"]) == (creds["rollout_id"], creds["api_key"])
+        llm = openai.OpenAI(
+            base_url=served.url + f"/rollouts/{creds['rollout_id']}/v1", api_key=creds["api_key"]
+        )
+        llm.chat.completions.create(model="policy", messages=[{"role": "user", "content": "after restart"}])
+        later = post(
+            f"{served.url}/sessions/chat-1/rewards", "reward_key", {"value": 0.5, "by": "nightly-judge"}
+        )
+        assert later.status_code == 200, later.text
+        assert post(f"{served.url}/sessions/chat-1/end", "deploy_key").json()["status"] == "succeeded"
+    store = SQLiteStore(tmp_path / ".tether" / "store.db")
+    calls = store.query_spans(rollout_id=creds["rollout_id"])
+    rewards = store.query_rewards(creds["rollout_id"])
+    store.close()
+    assert [s.attributes["request"]["messages"][0]["content"] for s in calls] == ["hello", "after restart"]
+    assert [(r.value, r.source) for r in rewards] == [(1.0, "later:reward-key"), (0.5, "later:nightly-judge")]

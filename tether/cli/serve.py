@@ -27,6 +27,7 @@ from tether.gateway.server import (
     server_config,
     url_of,
 )
+from tether.gateway.sessions import SessionBook, SessionRules
 from tether.project import Project
 from tether.store.backends import scheme_of
 from tether.store.recovery import StaleSweeper
@@ -75,6 +76,8 @@ def run(args: argparse.Namespace) -> int:
     routes = parse_routes(args.route)
     if args.heartbeat_timeout <= 0:
         raise SystemExit("tether serve: --heartbeat-timeout must be positive")
+    if args.session_idle < 0 or args.max_session_rewards < 1:
+        raise SystemExit("tether serve: --session-idle must be >= 0 and --max-session-rewards >= 1")
     request_caps(args.max_tokens_cap, args.n_cap, "serve")
     if args.header_timeout < 0 or args.body_timeout < 0:
         raise SystemExit("tether serve: --header-timeout and --body-timeout cannot be negative")
@@ -94,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
         agent_quota(settings.quota), routes=routes, max_tokens_cap=args.max_tokens_cap, n_cap=args.n_cap
     )
     gateway = Gateway(store, authority, config)
+    sessions = SessionBook(gateway, SessionRules(args.session_idle, args.max_session_rewards))
     policy = contextlib.ExitStack()  # vLLM, when it serves the policy, stops with the server
     serving = serving_policy(
         settings.server,
@@ -105,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
     )
     upstream = policy.enter_context(serving)
     gateway.add_upstream(upstream)
-    app = create_app(gateway, _dashboard(project, upstream))
+    app = create_app(gateway, _dashboard(project, upstream), sessions)
     try:
         sock = listen(args.host, args.port)
     except OSError as exc:
@@ -117,9 +121,11 @@ def run(args: argparse.Namespace) -> int:
     timeouts = ClientTimeouts(args.header_timeout, args.body_timeout)
     server = uvicorn.Server(server_config(app, timeouts=timeouts, log_level=args.log_level))
     sweeper.start()
+    sessions.start()
     try:
         server.run(sockets=[sock])
     finally:
+        sessions.stop()
         sweeper.stop()
         sock.close()
         policy.close()
@@ -140,6 +146,9 @@ def _announce(gateway: Gateway, project: Project, token_path: Path, open_session
     out.write(f"Tether gateway on {url}  (OpenAI API under /rollouts/<id>/v1, store API under /store)\n")
     out.write(f"store: {project.store_path}\nadmin token: {token_path}\n")
     out.write(f"dashboard: {url}/ui  (read-only viewer token: {gateway.auth.viewer_token})\n")
+    deploy_key, reward_key = project.write_session_keys(gateway.auth)
+    out.write(f"named sessions: POST {url}/sessions/open with the deploy key in {deploy_key}\n")
+    out.write(f"later rewards: POST {url}/sessions/NAME/rewards with the reward key in {reward_key}\n")
     if open_session:
         claim = gateway.store.start_session({"source": "tether serve"})
         creds = gateway.credentials(claim.rollout.id, claim.attempt.number)

@@ -134,6 +134,17 @@ class GatewaySettings:
         "warning",
         "uvicorn log level",
     )
+    session_idle: float = option(
+        1800.0,
+        "a named session (POST /sessions/open with the deploy key) without a model call for this long "
+        "closes; 0: sessions close only when ended (POST /sessions/NAME/end)",
+        metavar="SECONDS",
+    )
+    max_session_rewards: int = option(
+        100,
+        "rewards one session takes (POST /sessions/NAME/rewards with the reward key); past it, 429",
+        metavar="N",
+    )
     heartbeat_timeout: float = option(
         DEFAULT_HEARTBEAT_TIMEOUT_S,
         "a running attempt whose worker has not heartbeated for this long is timed out and its "

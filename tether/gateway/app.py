@@ -30,7 +30,7 @@ from tether.gateway.admission import Admission
 from tether.gateway.context import CallContext
 from tether.gateway.dialects import DIALECTS, Dialect, translated_stream
 from tether.gateway.dialects.common import close_quietly
-from tether.gateway.errors import GatewayError, UpstreamError, refused
+from tether.gateway.errors import GatewayError, UpstreamError, forbidden, refused
 from tether.gateway.metrics import GatewayMetrics
 from tether.gateway.prompts import apply_prompt_override
 from tether.gateway.recorder import SpanRecorder
@@ -107,6 +107,7 @@ class Gateway:
         self.rollouts = RolloutCache(store)
         self.metrics = GatewayMetrics()
         self.unrouted: Counter[str] = Counter()  # model names refused for want of a route, with counts
+        self.session_calls: dict[str, float] = {}  # an open session's last model call (its idleness)
         self._admission: Admission | None = None
 
     @property
@@ -165,6 +166,8 @@ class Gateway:
                 f"attempt {attempt} of rollout {rollout.id} is over (current: {rollout.attempt_count})",
                 code="stale_attempt",
             )
+        if rollout.metadata.get(Meta.SESSION):
+            self.session_calls[rollout.id] = time.time()
         overrides = rollout.metadata.get(Meta.SAMPLING_OVERRIDES)
         prompt_override = rollout.metadata.get(Meta.PROMPT_OVERRIDE)
         return CallContext(rollout.id, attempt, agent, dict(overrides) if overrides else {}, prompt_override)
@@ -174,6 +177,11 @@ class Gateway:
     ) -> tuple[Caller, Rollout]:
         """Who calls, and the rollout they may call for: a rollout token's own, while its attempt is the
         running one; for the admin, the path's, while it is unfinished."""
+        if self.auth.is_deploy(token) or self.auth.is_reward(token):
+            raise forbidden(
+                "the deploy and reward keys work on /sessions routes only: a session's model calls use "
+                "the api_key that POST /sessions/open answers"
+            )
         try:
             caller = authenticate(self.auth, token, path_rollout, path_attempt)
             rollout_id = caller.rollout_id or path_rollout

@@ -34,6 +34,8 @@ from tether.store.records import Rollout, RolloutStatus
 ROLLOUT_PREFIX = "tro-"
 ADMIN_PREFIX = "tadm-"
 VIEWER_PREFIX = "tview-"
+DEPLOY_PREFIX = "tdep-"
+REWARD_PREFIX = "trwd-"
 # The attempt number as a token spells it: canonical decimal (one spelling per number, ASCII digits only).
 _ATTEMPT = re.compile(r"[1-9][0-9]{0,17}")
 
@@ -76,6 +78,23 @@ class TokenAuthority:
 
     def is_viewer(self, token: str | None) -> bool:
         return token is not None and hmac.compare_digest(token.encode(), self.viewer_token.encode())
+
+    @cached_property
+    def deploy_token(self) -> str:
+        """The deployment's key: opens and ends named sessions (`/sessions/*`); no other route takes it."""
+        return DEPLOY_PREFIX + _sign(self.secret, "deploy")
+
+    def is_deploy(self, token: str | None) -> bool:
+        return token is not None and hmac.compare_digest(token.encode(), self.deploy_token.encode())
+
+    @cached_property
+    def reward_token(self) -> str:
+        """The key of whoever reports outcomes later (a feedback button, a CI hook, a nightly judge): posts
+        rewards for sessions (`/sessions/NAME/rewards`); no other route takes it."""
+        return REWARD_PREFIX + _sign(self.secret, "reward")
+
+    def is_reward(self, token: str | None) -> bool:
+        return token is not None and hmac.compare_digest(token.encode(), self.reward_token.encode())
 
     def can_read(self, token: str | None) -> bool:
         """The dashboard's check: the admin token or the viewer token."""
