@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.rigs import GatewayRig
-from tether.cli import rollout_cmd
+from tether.experiment import inputs
 from tether.runner import LLM, AgentEndpoints, CommandAgent
 from tether.runner.agents import AgentResult
 from tether.runner.sandbox import BwrapSandbox, SandboxOptions
@@ -50,7 +50,7 @@ class Start:
                 super().__init__(modules)
                 recorded.append(self)
 
-        monkeypatch.setattr(rollout_cmd, "WarmStarts", Recorded)
+        monkeypatch.setattr(inputs, "WarmStarts", Recorded)
 
     def agent(self, template: str, **options: Any) -> CommandAgent:
         """A sandboxed agent (`sandbox=` in options), started as this test starts them."""

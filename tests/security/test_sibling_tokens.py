@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from tests.gateway.fake_upstream import Behaviour
-from tether.cli import rollout_cmd
 from tether.cli.main import main
 from tether.contracts import Origin
+from tether.experiment import inputs
 from tether.runner.warm import WarmStarts
 from tether.store import RolloutStatus, SQLiteStore
 
@@ -85,7 +85,7 @@ def test_an_agent_cannot_call_with_its_siblings_token_through_tether_rollout_in_
             super().__init__(modules)
             made.append(self)
 
-    monkeypatch.setattr(rollout_cmd, "WarmStarts", Recorded)
+    monkeypatch.setattr(inputs, "WarmStarts", Recorded)
     cold = ["--agent-cold"] if start == "cold" else []
     inside = thieves(tmp_path, upstream_url, "sandboxed", "--sandbox", "bwrap", *cold)
     assert not any(STOLEN_SAYS in json.dumps(request) for request in behaviour.requests)
