@@ -20,7 +20,7 @@ if [ -n "${SQL_SPIDER:-}" ]; then  # the official Spider release at this path: t
     --limit "${SQL_SPIDER_LIMIT:-500}"
   agent_options=(--sandbox-show "$SQL_SPIDER/database")
 else
-  python examples/sql_agent/tasks.py --out-dir "$project/data" --val-fraction 0.35 --val-levels easy,medium \
+  python examples/sql_agent/tasks.py --out-dir "$project/data" --val-fraction 0.4 --val-levels easy,medium \
     --seed 0
   agent_options=(--sandbox-show "$(python examples/sql_agent/chinook.py)")
 fi

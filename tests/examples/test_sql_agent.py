@@ -92,6 +92,21 @@ def test_question_set_is_graded_and_every_gold_query_returns_rows(
         assert reward.execution_match(task, question["gold_sql"]) == 1.0, question
 
 
+def test_the_templated_questions_are_what_the_generator_writes(tmp_path: Path, questions: list[dict]) -> None:
+    """The question file's last 93 are `more_questions.py`'s output from the first 188: seeded, and each
+    with a result no other question has (checked by execution as it writes them)."""
+    first = tmp_path / "questions.jsonl"
+    first.write_text("".join(json.dumps(q) + "\n" for q in questions[:188]))
+    command = [sys.executable, "more_questions.py", "--per-template", "20", "--out", str(first)]
+    subprocess.run(command, cwd=EXAMPLE, check=True, capture_output=True, timeout=300)
+    written = [json.loads(line) for line in first.read_text().splitlines()]
+    assert written == questions and len(questions) - 188 == 93
+    reward = load("reward")
+    db = str(load("chinook").database_path(None))
+    results = [frozenset(Counter(reward.execute(db, q["gold_sql"])).items()) for q in questions[188:]]
+    assert len(set(results)) == 93
+
+
 def test_task_files_split_every_level_and_load_as_tether_tasks(
     chinook_db: Path, questions: list[dict], tmp_path: Path
 ) -> None:
