@@ -47,7 +47,8 @@ def plot(records: list[dict[str, Any]], out: Path, title: str) -> Path:
     axis.set_ylabel("reward / accuracy")
     axis.set_ylim(bottom=0)
     axis.grid(alpha=0.3)
-    axis.legend()
+    if imitation or train or val:
+        axis.legend()
     axis.set_title(title)
     figure.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)

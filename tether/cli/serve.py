@@ -97,7 +97,9 @@ def run(args: argparse.Namespace) -> int:
         agent_quota(settings.quota), routes=routes, max_tokens_cap=args.max_tokens_cap, n_cap=args.n_cap
     )
     gateway = Gateway(store, authority, config)
-    sessions = SessionBook(gateway, SessionRules(args.session_idle, args.max_session_rewards))
+    sessions = SessionBook(
+        gateway, SessionRules(args.session_idle, args.max_session_rewards, args.sessions_run)
+    )
     policy = contextlib.ExitStack()  # vLLM, when it serves the policy, stops with the server
     serving = serving_policy(
         settings.server,

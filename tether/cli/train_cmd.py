@@ -36,6 +36,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     add_settings(parser, TrainSettings())
+    for action in parser._actions:  # needed unless --from-sessions, which runs no agent (checked by `fit`)
+        if action.dest in ("agent", "tasks"):
+            action.required = False
     add_secret_arg(parser, JUDGE_KEY)
     add_secret_arg(parser, TEACHER_KEY)
     parser.set_defaults(command_main=run)
@@ -51,8 +54,11 @@ def run(args: argparse.Namespace) -> int:
 def _report(result: FitResult, curve: Path) -> None:
     validations = [r for r in result.history if r.get("kind") == "val"]
     first, last = (validations[0], validations[-1]) if validations else (None, None)
+    where = f"({result.steps} steps; metrics {result.run_dir / 'metrics.jsonl'}; curve {curve})"
+    if not validations and result.val_before is None:  # no held-out tasks (--from-sessions)
+        Console().print(f"\n{where}")
+        return
     Console().print(
         f"\n[bold]held-out accuracy before: {held_out_score(result.val_before, first)}   "
-        f"after: {held_out_score(result.val_after, last)}[/]  "
-        f"({result.steps} steps; metrics {result.run_dir / 'metrics.jsonl'}; curve {curve})"
+        f"after: {held_out_score(result.val_after, last)}[/]  {where}"
     )

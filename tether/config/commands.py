@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tether.config.agent import AgentSettings, QuotaSettings, SandboxSettings
+from tether.config.deployment import SessionTrainingSettings
 from tether.config.placement import RaySettings, RunnerSettings, TrainRaySettings
 from tether.config.rewards import RewardSettings
 from tether.config.run import (
@@ -72,6 +73,7 @@ class TrainSettings:
     server: ServerSettings = field(default_factory=ServerSettings)
     learner: LearnerSettings = field(default_factory=LearnerSettings)
     imitation: ImitationSettings = field(default_factory=ImitationSettings)
+    sessions: SessionTrainingSettings = field(default_factory=SessionTrainingSettings)
     update: UpdateSettings = field(default_factory=UpdateSettings)
     sampling: SamplingSettings = field(default_factory=SamplingSettings)
     schedule: ScheduleSettings = field(default_factory=ScheduleSettings)

@@ -140,6 +140,12 @@ class GatewaySettings:
         "closes; 0: sessions close only when ended (POST /sessions/NAME/end)",
         metavar="SECONDS",
     )
+    sessions_run: str = option(
+        "sessions",
+        "the store run that holds this deployment's named sessions (what `tether train --from-sessions "
+        "RUN` trains on)",
+        metavar="RUN",
+    )
     max_session_rewards: int = option(
         100,
         "rewards one session takes (POST /sessions/NAME/rewards with the reward key); past it, 429",

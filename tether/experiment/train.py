@@ -38,6 +38,7 @@ from tether.experiment.progress import step_progress
 from tether.experiment.rewards import rewards_of
 from tether.experiment.secrets import Secrets
 from tether.experiment.serving import engine_kind, policy_server_options
+from tether.experiment.sessions import fit_from_sessions
 from tether.project import Project
 from tether.rewards.rank import GroupScorer
 from tether.runner import RewardError, TaskFileError, load_tasks
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
     from tether.trainer.loop import FitResult, Trainer, TrainerConfig
 
 console = Console(stderr=True)
+SESSIONS_NEED_NOT = ("agent.command", "tasks.file")  # what --from-sessions runs without
 
 
 def train(settings: TrainSettings, secrets: Secrets | None = None) -> FitResult:
@@ -60,6 +62,8 @@ def train(settings: TrainSettings, secrets: Secrets | None = None) -> FitResult:
     if not isinstance(settings, TrainSettings):
         raise TypeError(f"tether.train takes a tether.config.TrainSettings, not {type(settings).__name__}")
     missing = [s.key for s in tree_settings(TrainSettings) if s.flag.required and _unset(settings, s)]
+    if settings.sessions.from_sessions is not None:  # trained on recorded sessions: no agent runs
+        missing = [key for key in missing if key not in SESSIONS_NEED_NOT]
     if missing:
         raise SettingsError(f"tether train: set {', '.join(missing)}")
     try:
@@ -80,6 +84,10 @@ def fit(settings: TrainSettings, secrets: Secrets | None = None) -> FitResult:
     from tether.trainer.loop import Trainer
 
     settings = copy.deepcopy(settings)
+    if settings.sessions.from_sessions is not None:
+        return fit_from_sessions(settings)
+    if settings.agent.command is None or settings.tasks.file is None:
+        raise SettingsError("tether train: give --agent and --tasks, or --from-sessions RUN")
     secrets = secrets or Secrets.from_environment()
     if settings.agent.n_workers is None:
         settings.agent.n_workers = settings.sampling.group_size * settings.sampling.tasks_per_step

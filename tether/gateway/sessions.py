@@ -19,7 +19,9 @@ with the reward key, while the session is open or after it closed:
 
 Each is recorded with who sent it and when (`source` "later:BY", `time`), for the session or for one of
 its calls (`span_id`). A session takes at most `max_rewards` of them; past that, 429. Sessions live in the
-store under the run `sessions` (keyed `session:NAME`), so a restarted server finds them all."""
+store under one run per deployment (`sessions` unless `tether serve --sessions-run NAME` names another),
+keyed `session:NAME`, so a restarted server finds them all, and `tether train --from-sessions RUN`
+trains on that deployment's alone."""
 
 from __future__ import annotations
 
@@ -56,6 +58,7 @@ DEFAULT_FEEDBACK = "feedback"
 class SessionRules:
     idle_s: float = 1800.0  # a session without a model call for this long closes; 0: only when ended
     max_rewards: int = 100  # rewards one session takes
+    run: str = SESSIONS_RUN  # the store run that holds them: one per deployment
 
 
 class OpenRequest(BaseModel):
@@ -84,13 +87,13 @@ class SessionBook:
         request = RolloutRequest(
             task=Task(id=key, input=task_input),
             mode="session",
-            run=SESSIONS_RUN,
+            run=self.rules.run,
             key=key,
             metadata={Meta.SESSION: True, "session_name": name},
         )
         with self._lock:  # one opener at a time: every queued rollout of the run is a session asked for
             rollout = self.store.enqueue([request])[0]
-            while rollout.status == RolloutStatus.queued and self.store.claim(WORKER, SESSIONS_RUN):
+            while rollout.status == RolloutStatus.queued and self.store.claim(WORKER, self.rules.run):
                 rollout = self.store.get_rollout(rollout.id)
         if rollout.status != RolloutStatus.running:
             raise GatewayError(
@@ -103,7 +106,7 @@ class SessionBook:
     def find(self, name: str) -> Rollout:
         """The session NAME, open or closed; 404 if there is none."""
         key = SESSION_KEY + _checked(name)
-        query = RolloutQuery(run=SESSIONS_RUN, task=key, limit=100, oldest_first=True)
+        query = RolloutQuery(run=self.rules.run, task=key, limit=100, oldest_first=True)
         found = next(
             (row.rollout for row in self.store.query_rollouts(query).rows if row.rollout.task_id == key), None
         )
@@ -124,7 +127,9 @@ class SessionBook:
         if self.rules.idle_s <= 0:
             return []
         cutoff = time.time() - self.rules.idle_s
-        query = RolloutQuery(run=SESSIONS_RUN, status=RolloutStatus.running, limit=10_000, oldest_first=True)
+        query = RolloutQuery(
+            run=self.rules.run, status=RolloutStatus.running, limit=10_000, oldest_first=True
+        )
         closed = []
         for row in self.store.query_rollouts(query).rows:
             rollout = row.rollout
