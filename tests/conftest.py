@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -54,6 +55,24 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         groups = {SHARED_WORKER[mark.name] for mark in item.iter_markers() if mark.name in SHARED_WORKER}
         if groups:
             item.add_marker(pytest.mark.xdist_group(min(groups)))
+
+
+@pytest.fixture(autouse=True)
+def one_ray_test_at_a_time(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[None]:
+    """Ray tests run one at a time across xdist workers (each worker has its own cluster): a test that
+    counts or kills the machine's learner-rank processes must see its own run's only."""
+    if request.node.get_closest_marker("ray") is None:
+        yield
+        return
+    lock = tmp_path_factory.getbasetemp().parent / "tether-ray-tests.lock"
+    with lock.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 @pytest.fixture(scope="session")
