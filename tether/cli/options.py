@@ -13,7 +13,6 @@ import dataclasses
 import os
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 from tether.config.files import ConfigFileError, dump_config, read_config
@@ -158,12 +157,6 @@ def settings_from_args(args: argparse.Namespace) -> Any:
 
 def print_config(args: argparse.Namespace) -> None:
     sys.stdout.write(dump_config(settings_from_args(args), f"tether {args.command} settings"))
-
-
-def write_config(tree: Any, path: Path, command: str) -> None:
-    """A resolved tree into a run folder: `tether COMMAND --config PATH` reruns (resumes) the run."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(dump_config(tree, f"tether {command} --config {path} reruns this run"))
 
 
 def changed_keys(before: Any, after: Any) -> list[str]:

@@ -132,3 +132,9 @@ def _toml(value: Any) -> str:
     if isinstance(value, list | tuple):
         return "[" + ", ".join(_toml(item) for item in value) + "]"
     return json.dumps(str(value), ensure_ascii=False)
+
+
+def write_config(tree: Any, path: Path, command: str) -> None:
+    """A resolved tree into a run folder: `tether COMMAND --config PATH` reruns (resumes) the run."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(dump_config(tree, f"tether {command} --config {path} reruns this run"))

@@ -27,7 +27,7 @@ from rich.console import Console
 
 from tether.config.agent import AGENT_REWARDS
 from tether.config.commands import TrainSettings
-from tether.config.files import dump_config
+from tether.config.files import write_config
 from tether.config.option import Setting, run_identity, tree_settings
 from tether.contracts import POLICY_UPSTREAM
 from tether.curriculum.pools import CurriculumConfig
@@ -321,9 +321,7 @@ def _keep_settings(settings: TrainSettings, name: str, run_dir: Path) -> None:
     RUN_DIR/config.toml` resumes it."""
     kept = copy.deepcopy(settings)
     kept.run.name, kept.run.fresh, kept.run.resume = name, False, False
-    run_dir.mkdir(parents=True, exist_ok=True)
-    path = run_dir / "config.toml"
-    path.write_text(dump_config(kept, f"tether train --config {path} reruns this run"))
+    write_config(kept, run_dir / "config.toml", "train")
 
 
 def _check_demonstrations(
