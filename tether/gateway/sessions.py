@@ -116,7 +116,9 @@ class SessionBook:
 
     def end(self, name: str, reason: str = "ended") -> Rollout:
         """Close the session NAME (its key stops working); ending a closed one changes nothing."""
-        rollout = self.find(name)
+        return self._close(self.find(name), reason)
+
+    def _close(self, rollout: Rollout, reason: str) -> Rollout:
         if rollout.status != RolloutStatus.running:
             return rollout
         self.gateway.session_calls.pop(rollout.id, None)
@@ -135,9 +137,8 @@ class SessionBook:
             rollout = row.rollout
             last = self.gateway.session_calls.get(rollout.id, max(self.started, rollout.started_at or 0.0))
             if last < cutoff:
-                name = rollout.task_id.removeprefix(SESSION_KEY)
-                self.end(name, reason=f"idle for {self.rules.idle_s:g}s")
-                closed.append(name)
+                self._close(rollout, f"idle for {self.rules.idle_s:g}s")
+                closed.append(rollout.task_id.removeprefix(SESSION_KEY))
         return closed
 
     def start(self, interval_s: float | None = None) -> None:
