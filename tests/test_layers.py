@@ -18,6 +18,7 @@ FLOORS: list[set[str]] = [
         "filemodes",
         "limits",
         "models",
+        "periodic",
         "prompts",
         "registry",
         "sampling",
@@ -32,7 +33,8 @@ FLOORS: list[set[str]] = [
         "rewards",
         "config",
         "prompt_search",
-    },  # serving, advantages, rewards, settings
+        "deploy",
+    },  # serving, advantages, rewards, settings, canaries
     {"dashboard", "compose", "stack", "learner", "curriculum"},  # servers a command runs, the update, tasks
     {"placement"},  # where the parts run: this process or Ray
     {"trainer"},  # the loop

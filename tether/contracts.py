@@ -99,6 +99,11 @@ class Meta:
     # Its calls are another model's text (a teacher, a hosted API), not tokens the policy generated: they
     # may become demonstrations for supervised training, never RL samples.
     DEMONSTRATION: Final = "demonstration"
+    # A served session's share of a canary (`tether.deploy`): which policy serves it ("incumbent" or
+    # "canary"), the canary's version while one runs, and the gateway upstream its calls go to.
+    ARM: Final = "arm"
+    CANARY: Final = "canary"
+    UPSTREAM: Final = "upstream"
 
 
 # -- tasks --------------------------------------------------------------------------------------------
@@ -121,6 +126,9 @@ def has_reference(task: Mapping[str, Any]) -> bool:
 # The store resource kind of run records (`tether.runner.runs`): the operator's, never a rollout token's
 # (each holds a digest of every whole task, from which a short reference could be guessed back).
 RUN_RESOURCE_KIND: Final = "run"
+# A deployment's canary state and decisions, one resource version per decision (`tether.deploy`).
+CANARY_RESOURCE_KIND: Final = "canary"
+OPERATOR_RESOURCE_KINDS: Final = (RUN_RESOURCE_KIND, CANARY_RESOURCE_KIND)
 
 
 # -- training -----------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ import httpx
 from tests.dashboard.conftest import RUN, Dashboard, TrainedProject, sign_in
 from tether.adapters import build_transitions
 from tether.contracts import CallAttr, is_call_span
+from tether.deploy import CanaryRule, CanaryState, PolicyArm, compare
 from tether.store.records import RolloutRequest, RolloutStatus, Task
 from tether.store.reward_rule import rollout_reward
 from tether.trainer.metrics import MetricsLog, read_metrics
@@ -291,3 +293,45 @@ def test_invalid_token_gets_the_login_screen_not_data(
     assert httpx.get(f"{dashboard.url}/ui/api/rollouts/{rollout.id}", headers=viewer).status_code == 200
     # the viewer token reads the dashboard only: the store API refuses it
     assert httpx.get(f"{dashboard.url}/store/runs", headers=viewer).status_code == 401
+
+
+def test_canaries_page_lists_each_decision_with_its_interval(
+    page: Any, dashboard: Dashboard, trained: TrainedProject, artifacts: Path
+) -> None:
+    """Decisions as `tether.deploy.CanaryController` records them (one resource version each)."""
+    state = CanaryState(PolicyArm(0), PolicyArm(1, "/p/policies/v1", 1.0), seen=1)
+    base = {"rule": asdict(CanaryRule()), "time": 1796600000.0}
+    trained.store.put_resource(
+        "canary:shop",
+        "canary",
+        {
+            **base,
+            "event": "started",
+            "reason": "v1 serves 10% of new sessions",
+            "comparison": None,
+            "state": asdict(state),
+        },
+    )
+    comparison = compare([0.0, 1.0, 0.0, 0.0] * 10, [1.0, 1.0, 0.0, 1.0] * 10)
+    state = CanaryState(PolicyArm(1, "/p/policies/v1"), None, seen=1)
+    trained.store.put_resource(
+        "canary:shop",
+        "canary",
+        {
+            **base,
+            "event": "promoted",
+            "reason": "v1: above -0.000",
+            "comparison": comparison.as_dict(),
+            "state": asdict(state),
+        },
+    )
+    sign_in(page, dashboard, dashboard.viewer_token, "#/canaries")
+    page.wait_for_selector("table.canary-decisions tbody tr", timeout=WAIT_MS)
+    rows = page.locator("table.canary-decisions tbody tr")
+    assert rows.count() == 2
+    newest = rows.nth(0).inner_text()
+    assert "promoted" in newest and "40 / 40" in newest and "0.250 / 0.750" in newest
+    assert f"{comparison.low:.3f} to {comparison.high:.3f}" in newest
+    assert "started" in rows.nth(1).inner_text()
+    assert "incumbent v1 (/p/policies/v1); canary –" in page.locator("section.card p").first.inner_text()
+    page.screenshot(path=str(artifacts / "canaries.png"), full_page=True)

@@ -5,6 +5,11 @@ deployments' sessions in one project; training reads one deployment's, redacted,
 from __future__ import annotations
 
 import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -67,7 +72,8 @@ def run_records(project: Path, run: str) -> list[dict]:
 
 def trained_sessions(project: Path, run: str) -> list[str]:
     """The sessions the run's last update trained on, as its checkpoint keeps them."""
-    extra = project / ".tether" / "runs" / run / "checkpoint" / CHECKPOINT_EXTRA
+    runs = project / ".tether" / "runs" / run / "checkpoints"
+    extra = max(runs.iterdir(), key=lambda p: int(p.name[1:])) / CHECKPOINT_EXTRA
     return list(json.loads(extra.read_text())["sessions"])
 
 
@@ -119,3 +125,43 @@ def test_nothing_to_train_on_and_bad_options_are_one_line(
         assert says in str(stopped.value) and len(str(stopped.value).splitlines()) == 1
     with pytest.raises(SystemExit, match="give --agent and --tasks, or --from-sessions RUN"):
         main(["train", "--model", "tiny-random", "--project-dir", str(project)])
+
+
+def test_kill_9_of_train_at_any_point_loses_no_version(
+    deployed: tuple[Path, dict[str, str], dict[str, str]],
+) -> None:
+    """Killed at points spread over its run, then run to the end each time: every published version is
+    whole, and is its checkpoint's adapter; none is skipped. A kill between the checkpoint and its copy
+    leaves a version the next run publishes."""
+    project, _, _ = deployed
+    run_dir = project / ".tether" / "runs" / "killed"
+    argv = [sys.executable, "-m", "tether.cli.main", "train", "--from-sessions", "shop", "--model"]
+    argv += ["tiny-random", "--project-dir", str(project), "--steps", "1", "--run", "killed"]
+    started = time.monotonic()
+    subprocess.run(argv, check=True, capture_output=True, timeout=300)
+    whole = time.monotonic() - started
+    for fraction in (0.3, 0.6, 0.8, 0.9, 0.97):
+        process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(whole * fraction)
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
+        assert_versions_whole(run_dir)
+    shutil.rmtree(run_dir / "policies" / "v1")  # what a kill between a checkpoint and its copy leaves
+    subprocess.run(argv, check=True, capture_output=True, timeout=300)
+    published = assert_versions_whole(run_dir)
+    assert published == list(range(1, len(published) + 1)) and len(published) >= 2
+
+
+def assert_versions_whole(run_dir: Path) -> list[int]:
+    """The published versions, each a whole adapter equal to its checkpoint's."""
+    versions = []
+    for folder in sorted((run_dir / "policies").iterdir()):
+        if folder.name.startswith("."):
+            continue  # a copy under way when the kill came: never a vN a server would load
+        checkpoint = run_dir / "checkpoints" / folder.name / "policy"
+        names = sorted(p.name for p in folder.iterdir())
+        assert names == sorted(p.name for p in checkpoint.iterdir()), folder
+        for name in names:
+            assert (folder / name).read_bytes() == (checkpoint / name).read_bytes(), folder / name
+        versions.append(int(folder.name[1:]))
+    return sorted(versions)

@@ -88,6 +88,7 @@ def test_admin_token_may_do_everything(admin: StoreClient) -> None:
 def test_rollout_token_may_write_its_own_rollout(server: StoreServer, admin: StoreClient) -> None:
     rollout = running_rollout(admin)
     admin.put_resource("prompt", "text", "hi")
+    admin.put_resource("canary:sessions", "canary", {"state": {"incumbent": {"path": "/policies/v3"}}})
     with server.client(server.auth.rollout_token(rollout.id, 1)) as scoped:
         scoped.add_spans([span_for(rollout.id, "a"), span_for(rollout.id, "b")])
         scoped.add_rewards([Reward(rollout_id=rollout.id, value=0.5, source="agent")])
@@ -95,6 +96,8 @@ def test_rollout_token_may_write_its_own_rollout(server: StoreServer, admin: Sto
         assert scoped.get_rollout(rollout.id).id == rollout.id
         assert scoped.get_resource("prompt").value == "hi"
         assert [r.name for r in scoped.list_resources()] == ["prompt"]
+        with pytest.raises(StoreError, match="canary records are the operator's"):
+            scoped.get_resource("canary:sessions")
     assert [s.name for s in admin.query_spans(rollout_id=rollout.id)] == ["a", "b"]
     assert [r.value for r in admin.query_rewards(rollout.id)] == [0.5]
 

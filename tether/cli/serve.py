@@ -12,14 +12,15 @@ import uvicorn
 from rich.console import Console
 
 from tether.cli.options import add_settings, settings_from_args
-from tether.cli.secrets import UPSTREAM_KEY, add_secret_arg, secret_value
+from tether.cli.secrets import JUDGE_KEY, UPSTREAM_KEY, add_secret_arg, secret_value
 from tether.compose import create_app
 from tether.config.commands import ServeSettings
 from tether.contracts import DEFAULT_ROUTE, POLICY_UPSTREAM
 from tether.dashboard import DashboardConfig
 from tether.experiment.assembly import open_settings_store
+from tether.experiment.deployment import canary_of, session_judge_of
 from tether.experiment.inputs import agent_quota, request_caps
-from tether.experiment.serving import serving_policy
+from tether.experiment.serving import served_policy
 from tether.gateway import Gateway, GatewayConfig
 from tether.gateway.server import (
     ClientTimeouts,
@@ -50,6 +51,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     add_settings(parser, ServeSettings())
     add_secret_arg(parser, UPSTREAM_KEY)
+    add_secret_arg(parser, JUDGE_KEY)
     parser.set_defaults(command_main=run)
 
 
@@ -97,11 +99,8 @@ def run(args: argparse.Namespace) -> int:
         agent_quota(settings.quota), routes=routes, max_tokens_cap=args.max_tokens_cap, n_cap=args.n_cap
     )
     gateway = Gateway(store, authority, config)
-    sessions = SessionBook(
-        gateway, SessionRules(args.session_idle, args.max_session_rewards, args.sessions_run)
-    )
     policy = contextlib.ExitStack()  # vLLM, when it serves the policy, stops with the server
-    serving = serving_policy(
+    serving = served_policy(
         settings.server,
         settings.upstream,
         secret_value(args, UPSTREAM_KEY),
@@ -109,8 +108,20 @@ def run(args: argparse.Namespace) -> int:
         project.state_dir / "logs",
         adapter=settings.gateway.adapter,
     )
-    upstream = policy.enter_context(serving)
+    server = policy.enter_context(serving)
+    upstream = server.upstream()
     gateway.add_upstream(upstream)
+    try:
+        canary = canary_of(settings, store, gateway, server)
+        judge = session_judge_of(settings, store, secret_value(args, JUDGE_KEY))
+    except BaseException:
+        policy.close()
+        raise
+    sessions = SessionBook(
+        gateway,
+        SessionRules(args.session_idle, args.max_session_rewards, args.sessions_run),
+        assign=canary.assign if canary is not None else None,
+    )
     app = create_app(gateway, _dashboard(project, upstream), sessions)
     try:
         sock = listen(args.host, args.port)
@@ -121,12 +132,19 @@ def run(args: argparse.Namespace) -> int:
     # The socket already listens: an agent started as soon as "ready" is printed just queues briefly.
     _announce(gateway, project, token_path, open_session=not args.no_session)
     timeouts = ClientTimeouts(args.header_timeout, args.body_timeout)
-    server = uvicorn.Server(server_config(app, timeouts=timeouts, log_level=args.log_level))
+    web = uvicorn.Server(server_config(app, timeouts=timeouts, log_level=args.log_level))
     sweeper.start()
     sessions.start()
+    if canary is not None:
+        canary.start(settings.canary.canary_interval)
+    if judge is not None:
+        judge.start(settings.judge.judge_interval)
     try:
-        server.run(sockets=[sock])
+        web.run(sockets=[sock])
     finally:
+        for background in (canary, judge):
+            if background is not None:
+                background.stop()
         sessions.stop()
         sweeper.stop()
         sock.close()

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tether.config.agent import AgentSettings, QuotaSettings, SandboxSettings
-from tether.config.deployment import SessionTrainingSettings
+from tether.config.deployment import CanarySettings, SessionJudgeSettings, SessionTrainingSettings
 from tether.config.placement import RaySettings, RunnerSettings, TrainRaySettings
 from tether.config.rewards import RewardSettings
 from tether.config.run import (
@@ -97,6 +97,8 @@ class ServeSettings:
     upstream: UpstreamSettings = field(default_factory=UpstreamSettings)
     quota: QuotaSettings = field(default_factory=QuotaSettings)
     store: StoreSettings = field(default_factory=StoreSettings)
+    canary: CanarySettings = field(default_factory=CanarySettings)
+    judge: SessionJudgeSettings = field(default_factory=SessionJudgeSettings)
 
 
 @dataclass

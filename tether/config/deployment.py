@@ -48,3 +48,89 @@ class SessionTrainingSettings:
         "(tether.store.RolloutRecord) before anything is trained; a false answer leaves the session out",
         metavar="MODULE:FUNCTION",
     )
+
+
+def parse_share(text: str) -> float:
+    """A share of sessions: 10% or 0.1."""
+    try:
+        value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        raise ValueError(f"a share is a percentage or a fraction (10% or 0.1), not {text!r}") from None
+    if not 0.0 < value < 1.0:
+        raise ValueError(f"a share is between 0 and 1 (10% or 0.1), not {text}")
+    return value
+
+
+@dataclass
+class CanarySettings:
+    """Promote new policy versions with a canary (docs/guides/deployment.md)."""
+
+    canary: float | None = option(
+        None,
+        "serve each new policy version found in --watch to this share of new named sessions (10% or "
+        "0.1), compare the rewards posted for them with the incumbent's, and promote or roll it back by "
+        "the rule of --canary-min-sessions, --canary-max-sessions and --canary-margin",
+        metavar="SHARE",
+        parse=parse_share,
+    )
+    watch: str | None = option(
+        None,
+        "--canary: the folder where new versions appear as vN adapter folders (a `tether train "
+        "--from-sessions` run's policies/)",
+        metavar="DIR",
+    )
+    canary_min_sessions: int = option(
+        20,
+        "--canary: rewarded sessions each arm needs before the canary is promoted or rolled back",
+        metavar="N",
+    )
+    canary_max_sessions: int = option(
+        200,
+        "--canary: a canary with this many rewarded sessions and still not shown better is rolled back",
+        metavar="N",
+    )
+    canary_margin: float = option(
+        0.0,
+        "--canary: promote when the 95% interval of canary minus incumbent reward is above -MARGIN "
+        "(0: only a canary shown better)",
+        metavar="MARGIN",
+    )
+    canary_interval: float = option(
+        5.0,
+        "--canary: seconds between looks at the folder and at the rewards",
+        metavar="SECONDS",
+    )
+
+
+@dataclass
+class SessionJudgeSettings:
+    """Score the sessions nobody rated with an LLM judge, in the background (docs/guides/deployment.md)."""
+
+    judge_sessions: str | None = option(
+        None,
+        "an LLM judge at --judge-url grades each closed named session that has no reward --judge-after "
+        "seconds after it closed, against this rubric; its score is the session's reward 'judge' (source "
+        "later:judge)",
+        metavar="RUBRIC.md",
+    )
+    judge_url: str | None = option(
+        None,
+        "--judge-sessions: the judge's OpenAI-compatible endpoint, ending in /v1",
+        metavar="URL",
+    )
+    judge_model: str = option(
+        "judge",
+        "--judge-sessions: the model name sent to --judge-url",
+        metavar="NAME",
+    )
+    judge_after: float = option(
+        600.0,
+        "--judge-sessions: seconds after a session closed before the judge scores it, if no one has "
+        "(users' and systems' rewards come first)",
+        metavar="SECONDS",
+    )
+    judge_interval: float = option(
+        5.0,
+        "--judge-sessions: seconds between looks for sessions to judge",
+        metavar="SECONDS",
+    )

@@ -12,6 +12,7 @@ from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
+from tether.dashboard.canaries import canary_decisions
 from tether.dashboard.prompts import prompt_searches
 from tether.dashboard.rollouts import call_detail, judge_detail, rollout_detail, transitions_view
 from tether.dashboard.runs import metrics_path, read_metrics_from, run_summaries
@@ -129,6 +130,10 @@ def _api_router(
     @router.get("/prompts")
     def prompts(_: Role) -> list[dict[str, Any]]:
         return prompt_searches(store)
+
+    @router.get("/canaries")
+    def canaries(_: Role) -> list[dict[str, Any]]:
+        return canary_decisions(store)
 
     return router
 

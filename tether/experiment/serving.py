@@ -117,6 +117,21 @@ def serving_policy(
 ) -> Iterator[Upstream]:
     """The policy's upstream for a command (`--engine`, `--policy-server` or `--upstream`; replicas where
     the placement has them), its server stopped when the command ends, however it ends."""
+    with served_policy(server, upstream, upstream_key, console, log_dir, placement, adapter) as opened:
+        yield opened.upstream()
+
+
+@contextmanager
+def served_policy(
+    server: ServerSettings,
+    upstream: UpstreamSettings | None,
+    upstream_key: str | None,
+    console: Console,
+    log_dir: Path | None = None,
+    placement: Placement | None = None,
+    adapter: str | None = None,
+) -> Iterator[PolicyServer]:
+    """`serving_policy`'s server itself, for a command that also loads weights into it (a canary)."""
     kind = engine_kind(server, upstream)
     if adapter is not None and kind != "builtin":
         raise SettingsError(
@@ -127,7 +142,7 @@ def serving_policy(
     if opened is None:
         opened = opened_policy_server(kind, options, console)
     try:
-        yield opened.upstream()
+        yield opened
     finally:
         opened.close()
 

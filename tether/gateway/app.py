@@ -170,7 +170,9 @@ class Gateway:
             self.session_calls[rollout.id] = time.time()
         overrides = rollout.metadata.get(Meta.SAMPLING_OVERRIDES)
         prompt_override = rollout.metadata.get(Meta.PROMPT_OVERRIDE)
-        return CallContext(rollout.id, attempt, agent, dict(overrides) if overrides else {}, prompt_override)
+        ctx = CallContext(rollout.id, attempt, agent, dict(overrides) if overrides else {}, prompt_override)
+        ctx.upstream = rollout.metadata.get(Meta.UPSTREAM)
+        return ctx
 
     async def live_rollout(
         self, token: str | None, path_rollout: str | None, path_attempt: int | None = None
@@ -191,7 +193,8 @@ class Gateway:
         except AuthError as exc:
             raise refused(exc) from None
 
-    def route(self, model: Any) -> Upstream:
+    def route(self, model: Any, policy_upstream: str | None = None) -> Upstream:
+        """The upstream serving `model`; a policy call goes to `policy_upstream` while it is registered."""
         if not isinstance(model, str) or not model:
             raise GatewayError(400, "'model' must be a non-empty string", param="model")
         name = self.config.routes.get(model, self.config.routes.get(DEFAULT_ROUTE))
@@ -204,6 +207,8 @@ class Gateway:
                 code="model_not_found",
                 param="model",
             )
+        if name == POLICY_UPSTREAM and policy_upstream in self.upstreams:
+            name = policy_upstream
         upstream = self.upstreams.get(name)
         if upstream is None:
             raise GatewayError(
@@ -350,7 +355,7 @@ class Gateway:
             body = {**body, **ctx.overrides}
         if ctx.prompt_override is not None and kind == "chat":
             body = apply_prompt_override(body, ctx.prompt_override)
-        upstream = self.route(body.get("model"))
+        upstream = self.route(body.get("model"), ctx.upstream)
         if body.get("stream"):
             return await self._stream_call(ctx, kind, body, upstream, started)
         admission = self.admission

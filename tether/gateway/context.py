@@ -26,6 +26,9 @@ class CallContext:
     # under the agent's span, which may name the agent (see `tether.adapters.build`).
     trace_id: str | None = None
     parent_span_id: str | None = None
+    # The upstream that serves the policy's calls for this rollout instead of the default one (a served
+    # session given to a canary), while it is registered.
+    upstream: str | None = None
 
     def join_trace(self, traceparent: str | None) -> None:
         match = TRACEPARENT.fullmatch(traceparent.strip().lower()) if traceparent else None

@@ -26,10 +26,10 @@ trains on that deployment's alone."""
 from __future__ import annotations
 
 import asyncio
-import logging
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,10 +40,9 @@ from tether.contracts import Meta
 from tether.gateway.app import Gateway
 from tether.gateway.errors import GatewayError, forbidden, unauthorized
 from tether.gateway.events import reward_from_event
+from tether.periodic import Periodic
 from tether.store.auth import request_token
 from tether.store.records import Reward, Rollout, RolloutQuery, RolloutRequest, RolloutStatus, Task, now
-
-log = logging.getLogger(__name__)
 
 SESSIONS_RUN = "sessions"
 SESSION_KEY = "session:"  # a session's task id and key in its run: session:NAME
@@ -69,13 +68,18 @@ class OpenRequest(BaseModel):
 class SessionBook:
     """The named sessions of one store: open, find, end, and close the idle ones."""
 
-    def __init__(self, gateway: Gateway, rules: SessionRules | None = None) -> None:
+    def __init__(
+        self,
+        gateway: Gateway,
+        rules: SessionRules | None = None,
+        assign: Callable[[str], dict[str, Any]] | None = None,
+    ) -> None:
         self.gateway = gateway
         self.rules = rules or SessionRules()
+        self.assign = assign  # a new session's metadata from its name: which policy serves it (a canary)
         self.started = time.time()  # a restarted server counts idleness from its start
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._sweeping = Periodic("tether-sessions", self.sweep)
 
     @property
     def store(self) -> Any:
@@ -84,14 +88,15 @@ class SessionBook:
     def open(self, name: str, task_input: dict[str, Any]) -> Rollout:
         """The open session NAME, opened now if it is new; SessionClosed if it has closed."""
         key = SESSION_KEY + _checked(name)
-        request = RolloutRequest(
-            task=Task(id=key, input=task_input),
-            mode="session",
-            run=self.rules.run,
-            key=key,
-            metadata={Meta.SESSION: True, "session_name": name},
-        )
         with self._lock:  # one opener at a time: every queued rollout of the run is a session asked for
+            arm = self.assign(name) if self.assign is not None else {}
+            request = RolloutRequest(
+                task=Task(id=key, input=task_input),
+                mode="session",
+                run=self.rules.run,
+                key=key,
+                metadata={**arm, Meta.SESSION: True, "session_name": name},
+            )
             rollout = self.store.enqueue([request])[0]
             while rollout.status == RolloutStatus.queued and self.store.claim(WORKER, self.rules.run):
                 rollout = self.store.get_rollout(rollout.id)
@@ -143,24 +148,11 @@ class SessionBook:
 
     def start(self, interval_s: float | None = None) -> None:
         """Close idle sessions every `interval_s` (default: a tenth of `idle_s`) on a background thread."""
-        if self._thread is not None or self.rules.idle_s <= 0:
-            return
-        every = interval_s if interval_s is not None else max(self.rules.idle_s / 10, 0.05)
-        self._thread = threading.Thread(target=self._loop, args=(every,), daemon=True, name="tether-sessions")
-        self._thread.start()
-
-    def _loop(self, every: float) -> None:
-        while not self._stop.wait(every):
-            try:
-                self.sweep()
-            except Exception as exc:  # noqa: BLE001 - a store hiccup must not end the sweeping
-                log.warning("could not close idle sessions: %s", exc)
+        if self.rules.idle_s > 0:
+            self._sweeping.start(interval_s if interval_s is not None else max(self.rules.idle_s / 10, 0.05))
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(10)
-            self._thread = None
+        self._sweeping.stop(10)
 
     def later_reward(self, name: str, body: dict[str, Any]) -> Reward:
         """What a later report of session NAME's outcome records (400 if malformed, 429 past the cap)."""
@@ -241,7 +233,10 @@ def create_session_router(book: SessionBook) -> APIRouter:
     @router.post("/open", dependencies=[key_check("deploy")])
     async def open_session(body: OpenRequest) -> dict[str, Any]:
         rollout = await asyncio.to_thread(book.open, body.session, body.input)
-        return {"session": body.session, **gateway.credentials(rollout.id, rollout.attempt_count)}
+        arm: dict[str, Any] = {
+            key: rollout.metadata[key] for key in (Meta.ARM, Meta.CANARY) if key in rollout.metadata
+        }
+        return {"session": body.session, **gateway.credentials(rollout.id, rollout.attempt_count), **arm}
 
     @router.post("/{name}/end", dependencies=[key_check("deploy")])
     async def end_session(name: str) -> dict[str, Any]:

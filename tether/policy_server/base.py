@@ -3,6 +3,7 @@ the policy's calls to, and a way to load new weights (with pause and resume arou
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol, runtime_checkable
@@ -27,6 +28,15 @@ class PolicyWeights:
     path: Path
     kind: WeightsKind
     version: int
+
+
+VERSION_FOLDER = re.compile(r"v(\d+)")
+
+
+def folder_version(path: Path) -> int | None:
+    """N of a version's own folder, `.../vN` (as trainers write `policies/vN`); None for another name."""
+    match = VERSION_FOLDER.fullmatch(path.name)
+    return int(match.group(1)) if match else None
 
 
 class PolicyServer(Protocol):

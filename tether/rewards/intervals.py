@@ -61,6 +61,36 @@ def paired_difference_interval(
     return bootstrap_interval(paired_differences(before, after), confidence, resamples, seed)
 
 
+def difference_interval(
+    before: Sequence[float],
+    after: Sequence[float],
+    confidence: float = 0.95,
+    resamples: int = DEFAULT_RESAMPLES,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """The `confidence` percentile-bootstrap interval of mean(after) - mean(before) for two independent
+    samples (two policies served to different sessions): each is resampled on its own.
+
+    Raises ValueError for an empty sample, a value that is not finite, or bad parameters."""
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be between 0 and 1, not {confidence}")
+    if resamples < 1:
+        raise ValueError(f"resamples must be at least 1, not {resamples}")
+    first, second = [float(v) for v in before], [float(v) for v in after]
+    if not first or not second:
+        raise ValueError("difference_interval: both samples need values")
+    if not all(math.isfinite(v) for v in first + second):
+        raise ValueError("difference_interval: every value must be finite")
+    rng = random.Random(seed)
+    diffs = sorted(
+        math.fsum(rng.choices(second, k=len(second))) / len(second)
+        - math.fsum(rng.choices(first, k=len(first))) / len(first)
+        for _ in range(resamples)
+    )
+    tail = (1.0 - confidence) / 2.0
+    return _quantile(diffs, tail), _quantile(diffs, 1.0 - tail)
+
+
 def paired_differences(before: Scores, after: Scores) -> list[float]:
     """after - before per task: by task id for mappings (sorted by id), by position for sequences."""
     if isinstance(before, Mapping) and isinstance(after, Mapping):

@@ -24,7 +24,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from tether.contracts import RUN_RESOURCE_KIND, agent_task
+from tether.contracts import OPERATOR_RESOURCE_KINDS, agent_task
 from tether.errors import APIError
 from tether.limits import MAX_BODY_BYTES, MAX_STORED_JSON_DEPTH, BodyTooLarge, read_bounded, too_deep
 from tether.store.api import ROUTES, Route
@@ -243,7 +243,7 @@ def _as_seen_by(caller: Caller, rollout: Rollout) -> Rollout:
 
 
 def _readable(caller: Caller, resource: Resource) -> bool:
-    return caller.is_admin or resource.kind != RUN_RESOURCE_KIND
+    return caller.is_admin or resource.kind not in OPERATOR_RESOURCE_KINDS
 
 
 def _require_rollout(caller: Caller, rollout_ids: Sequence[str]) -> None:
@@ -309,7 +309,7 @@ def _own(key: str, stamp: Callable[[Any, int | None], Any]) -> Callable[[Caller,
 
 def _readable_one(who: Caller, resource: Resource) -> Resource:
     if not _readable(who, resource):
-        raise _forbidden("run records are the operator's: reading one needs the admin token")
+        raise _forbidden(f"{resource.kind} records are the operator's: reading one needs the admin token")
     return resource
 
 

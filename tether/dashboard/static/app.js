@@ -1,4 +1,4 @@
-// The router: #/runs, #/rollouts?filters, #/rollout/ID, #/prompts. No token, or a refused one, shows the
+// The router: #/runs, #/rollouts?filters, #/rollout/ID, #/prompts, #/canaries. No token, or a refused one, shows the
 // login screen and nothing else.
 "use strict";
 

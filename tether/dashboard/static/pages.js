@@ -202,3 +202,53 @@ pages.prompts = async function (view) {
   );
   view.replaceChildren(el("h1", {}, "Prompt search"), ...(sections.length ? sections : [el("p", { class: "muted" }, "No prompt search has run in this store.")]));
 };
+
+function armText(arm) {
+  return arm ? `v${arm.version}${arm.path ? ` (${arm.path})` : " (base model)"}` : "–";
+}
+
+function intervalText(c) {
+  if (!c || c.low === null || c.low === undefined) return "–";
+  return `${fmt(c.low)} to ${fmt(c.high)}`;
+}
+
+pages.canaries = async function (view) {
+  const deployments = await api.get("/canaries");
+  const sections = deployments.map((d) =>
+    el(
+      "section",
+      { class: "card" },
+      el("h2", {}, `Deployment ${d.deployment}`),
+      el("p", {}, `Serving: incumbent ${armText(d.incumbent)}; canary ${armText(d.canary)}`),
+      el(
+        "div",
+        { class: "scroll" },
+        el(
+          "table",
+          { class: "canary-decisions" },
+          el("thead", {}, el("tr", {}, ["#", "time", "decision", "incumbent", "canary", "sessions (inc. / can.)", "mean reward (inc. / can.)", "canary − incumbent, 95%", "why"].map((h) => el("th", {}, h)))),
+          el(
+            "tbody",
+            {},
+            d.decisions.map((x) =>
+              el(
+                "tr",
+                { class: x.event === "promoted" ? "best" : null },
+                el("td", { class: "num" }, x.version),
+                el("td", {}, x.time ? new Date(x.time * 1000).toLocaleString() : "–"),
+                el("td", {}, x.event || "–"),
+                el("td", { class: "num" }, x.incumbent === undefined || x.incumbent === null ? "–" : `v${x.incumbent}`),
+                el("td", { class: "num" }, x.canary === undefined || x.canary === null ? "–" : `v${x.canary}`),
+                el("td", { class: "num" }, x.comparison ? `${x.comparison.incumbent} / ${x.comparison.canary}` : "–"),
+                el("td", { class: "num" }, x.comparison ? `${fmt(x.comparison.incumbent_mean)} / ${fmt(x.comparison.canary_mean)}` : "–"),
+                el("td", { class: "num" }, intervalText(x.comparison)),
+                el("td", {}, x.reason || "–"),
+              ),
+            ),
+          ),
+        ),
+      ),
+    ),
+  );
+  view.replaceChildren(el("h1", {}, "Canaries"), ...(sections.length ? sections : [el("p", { class: "muted" }, "No canary has run in this store (tether serve --canary SHARE --watch DIR).")]));
+};

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tether.gateway.upstreams import Upstream
-from tether.policy_server.base import PolicyServerError, PolicyWeights
+from tether.policy_server.base import PolicyServerError, PolicyWeights, folder_version
 from tether.policy_server.builtin.options import BuiltinOptions
 from tether.policy_server.builtin.upstream import EngineUpstream
 
@@ -46,7 +46,7 @@ class BuiltinPolicyServer:
             self.engine.close()
             raise PolicyServerError(f"--adapter {adapter}: no LoRA adapter there (no adapter_config.json)")
         try:
-            self.engine.load_adapter(str(adapter))
+            self.engine.load_adapter(str(adapter), folder_version(adapter))
         except (ValueError, RuntimeError, OSError) as exc:
             self.engine.close()
             raise PolicyServerError(
