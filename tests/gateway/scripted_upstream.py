@@ -36,6 +36,7 @@ class ScriptedCall:
 @dataclass
 class Script:
     text_pieces: list[str] = field(default_factory=lambda: ["Hello", " there", "."])
+    reasoning_pieces: list[str] = field(default_factory=list)  # a reasoning model's thinking, first
     calls: list[ScriptedCall] = field(default_factory=list)
     finish_reason: str | None = None  # default: "tool_calls" with calls, else "stop"
     stop_reason: str | None = None  # vLLM's matched stop string
@@ -47,7 +48,8 @@ class Script:
         return "".join(self.text_pieces)
 
     def pieces(self) -> list[str]:
-        return self.text_pieces + [piece for call in self.calls for piece in call.argument_pieces]
+        calls = [piece for call in self.calls for piece in call.argument_pieces]
+        return self.reasoning_pieces + self.text_pieces + calls
 
     def token_ids(self) -> list[int]:
         return [FIRST_TOKEN_ID + i for i in range(len(self.pieces()))]
@@ -93,6 +95,8 @@ def create_scripted_upstream(script: Script) -> Starlette:
         message: dict[str, Any] = {"role": "assistant", "content": script.text or None}
         if script.calls:
             message["tool_calls"] = _tool_calls(script)
+        if script.reasoning_pieces:
+            message["reasoning_content"] = "".join(script.reasoning_pieces)
         choice: dict[str, Any] = {
             "index": 0,
             "message": message,
@@ -119,7 +123,9 @@ def create_scripted_upstream(script: Script) -> Starlette:
 
 
 def _deltas(script: Script) -> Iterator[dict[str, Any]]:
-    """One delta per token: text pieces, then each call's head and argument pieces."""
+    """One delta per token: thinking, text pieces, then each call's head and argument pieces."""
+    for piece in script.reasoning_pieces:
+        yield {"reasoning_content": piece}
     for piece in script.text_pieces:
         yield {"content": piece}
     for index, call in enumerate(script.calls):

@@ -210,7 +210,8 @@ def test_tool_choice_any_and_named(srig: GatewayRig, script: Script) -> None:
     [
         ({"max_tokens": None}, "max_tokens"),
         ({"top_k": 5}, "top_k"),
-        ({"thinking": {"type": "enabled", "budget_tokens": 1024}}, "thinking"),
+        ({"thinking": {"type": "enabled"}}, "thinking.budget_tokens"),
+        ({"thinking": {"type": "always"}}, "thinking.type"),
         ({"tools": [{"type": "web_search_20250305", "name": "web_search"}]}, "tools[0].type"),
         ({"messages": []}, "messages"),
         ({"messages": [{"role": "system", "content": "x"}]}, "messages[0].role"),

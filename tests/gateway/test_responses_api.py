@@ -211,7 +211,11 @@ def test_attempt_scoped_base_url(srig: GatewayRig) -> None:
         ({"background": True}, "background"),
         ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
         ({"tools": [{"type": "file_search", "vector_store_ids": ["vs"]}]}, "tools[0].type"),
-        ({"input": [{"type": "reasoning", "summary": []}]}, "input[0].type"),
+        (
+            {"input": [{"type": "reasoning", "summary": [{"type": "summary_text"}]}]},
+            "input[0].summary[0].text",
+        ),
+        ({"reasoning": {"effort": "enormous"}}, "reasoning.effort"),
         (
             {"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]},
             "input[0].content[0].type",
@@ -224,7 +228,7 @@ def test_attempt_scoped_base_url(srig: GatewayRig) -> None:
             {"input": [{"role": "assistant", "content": [{"type": "input_image", "image_url": "x"}]}]},
             "input[0].content[0].type",
         ),
-        ({"include": ["message.output_text.logprobs"]}, "include"),
+        ({"include": ["message.output_text.logprobs"]}, "include[0]"),
         ({"seed": 3}, "seed"),
         ({"input": None}, "input"),
         ({"max_output_tokens": 0}, "max_output_tokens"),

@@ -25,7 +25,8 @@ the next call's prompt starts with exactly the sequence so far (prompt + every r
 prompt tokens (tool output, the next user turn, chat-template tokens) join the response with loss mask 0
 and logprob 0.0. A failed call does not break a chain (the agent usually retries the same prompt); any
 other call that cannot extend it does, counted in `merge_breaks` by reason (a call sampled with other
-parameters too: a transition is scored under one distribution). Each response token carries the version
+parameters too: a transition is scored under one distribution; `reasoning_dropped` when the chain's last
+answer began with thinking that the next prompt no longer holds). Each response token carries the version
 of the call that generated it (`response_versions`); a merged transition's `policy_version` is the lowest
 of them (the most off-policy one), ignoring unknown ones.
 """
@@ -107,6 +108,7 @@ class _Call:
     response_ids: list[int]
     logprobs: list[float]
     sampler: Sampler
+    thought: bool = False  # its answer began with the model's thinking
 
 
 @dataclass
@@ -117,6 +119,7 @@ class _Chain:
     loss_mask: list[int]
     span_ids: list[str]
     token_versions: list[int | None]
+    thought: bool = False  # its last call's answer began with thinking
 
     @classmethod
     def start(cls, call: _Call) -> _Chain:
@@ -127,6 +130,7 @@ class _Chain:
             loss_mask=[1] * len(call.response_ids),
             span_ids=[call.span.span_id],
             token_versions=[call.policy_version] * len(call.response_ids),
+            thought=call.thought,
         )
 
     def sequence_length(self) -> int:
@@ -142,7 +146,9 @@ class _Chain:
         if call.sampler != self.first.sampler:
             return "sampling_changed"  # one transition is scored under one distribution
         if call.prompt_ids[: self.sequence_length()] != self.first.prompt_ids + self.response_ids:
-            return "prefix_mismatch"
+            # A template that leaves out earlier turns' thinking (Qwen3's does) renders the conversation
+            # again without it: the next prompt cannot extend a sequence that holds it.
+            return "reasoning_dropped" if self.thought else "prefix_mismatch"
         return None
 
     def extend(self, call: _Call) -> None:
@@ -152,6 +158,7 @@ class _Chain:
         self.loss_mask += [0] * len(observation) + [1] * len(call.response_ids)
         self.span_ids.append(call.span.span_id)
         self.token_versions += [None] * len(observation) + [call.policy_version] * len(call.response_ids)
+        self.thought = call.thought
 
     def transition(self, rollout: Rollout, reward: float, step_rewards: dict[str, float]) -> Transition:
         known = [version for version in self.token_versions if version is not None]
@@ -431,7 +438,18 @@ def _read_call(span: Span, index: int, attempt: int | None, agents: _AgentFilter
         response_ids=[int(t) for t in response_ids],
         logprobs=[float(x) for x in logprobs],
         sampler=Sampler.from_attr(attrs.get(CallAttr.SAMPLING)),
+        thought=_thought(attrs.get(CallAttr.RESPONSE), choice),
     )
+
+
+def _thought(response: Any, choice: int) -> bool:
+    """Whether the answer of `choice` gave the agent thinking (`reasoning_content`) apart from its text."""
+    choices = response.get("choices") if isinstance(response, dict) else None
+    for item in choices or []:
+        if isinstance(item, dict) and item.get("index") == choice:
+            message = item.get("message") or {}
+            return bool(message.get("reasoning_content") or message.get("reasoning"))
+    return False
 
 
 def _shows_more_than_text(request: Any) -> bool:

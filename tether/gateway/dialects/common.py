@@ -143,6 +143,17 @@ class ChatAnswer:
     usage: dict[str, Any]
     model: str | None
     created: float | None
+    reasoning: str | None = None  # a reasoning model's thinking, when the upstream tells it apart
+
+
+def reasoning_of(message: dict[str, Any]) -> str | None:
+    """A chat message's (or delta's) thinking: `reasoning_content` (DeepSeek's name, vLLM's and Tether's)
+    or `reasoning` (newer vLLM's)."""
+    for key in ("reasoning_content", "reasoning"):
+        value = message.get(key)
+        if isinstance(value, str):
+            return value
+    return None
 
 
 def _tool_call(item: dict[str, Any], with_arguments: bool = True) -> ToolCall:
@@ -165,6 +176,7 @@ def read_chat_answer(response: dict[str, Any]) -> ChatAnswer:
         usage=response.get("usage") or {},
         model=response.get("model"),
         created=response.get("created"),
+        reasoning=reasoning_of(message),
     )
 
 
@@ -209,6 +221,7 @@ class EventWriter(Protocol):
     """A dialect's events for each part of a relayed chat stream."""
 
     def start(self) -> list[bytes]: ...
+    def reasoning(self, delta: str) -> list[bytes]: ...
     def text(self, delta: str) -> list[bytes]: ...
     def tool_start(self, call: ToolCall) -> list[bytes]: ...
     def tool_args(self, call: ToolCall, delta: str) -> list[bytes]: ...
@@ -232,6 +245,10 @@ async def write_events(writer: EventWriter, chunks: AsyncIterator[dict[str, Any]
                 if choice.get("index", 0) != 0:
                     continue
                 delta = choice.get("delta") or {}
+                thinking = reasoning_of(delta)
+                if thinking:
+                    for event in writer.reasoning(thinking):
+                        yield event
                 if delta.get("content"):
                     for event in writer.text(delta["content"]):
                         yield event

@@ -1,12 +1,14 @@
 """Anthropic's Messages API (`POST /v1/messages`) over the gateway's chat-completions path.
 
-Text, images (in user turns: forwarded to the upstream as chat image parts) and tool use; documents,
-extended thinking, server tools and `top_k` are refused with a 400 that names the field. Errors come
-in Anthropic's shape, `{"type": "error", "error": {type, message}}`.
+Text, images (in user turns: forwarded to the upstream as chat image parts), tool use and extended
+thinking (a reasoning model's thinking as `thinking` blocks, its earlier thinking sent back as the chat
+message's `reasoning_content`); documents, server tools and `top_k` are refused with a 400 that names the
+field. Errors come in Anthropic's shape, `{"type": "error", "error": {type, message}}`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -68,6 +70,7 @@ ERROR_TYPES = {
     503: "overloaded_error",
 }
 TOOL_CHOICES = {"auto": "auto", "any": "required", "none": "none"}
+THINKING_TYPES = ("enabled", "disabled", "adaptive")
 STOP_REASONS = {
     "stop": "end_turn",
     "length": "max_tokens",
@@ -82,9 +85,7 @@ STOP_REASONS = {
 def to_chat(body: dict[str, Any]) -> dict[str, Any]:
     """The chat-completions body that asks the upstream what this Messages request asks."""
     check_fields(body, SUPPORTED_FIELDS, "Messages")
-    thinking = body.get("thinking")
-    if thinking is not None and not (isinstance(thinking, dict) and thinking.get("type") == "disabled"):
-        raise bad_request("'thinking' (extended thinking) is not supported by the Tether gateway", "thinking")
+    _check_thinking(body.get("thinking"))
     max_tokens = positive_int(body, "max_tokens")
     if max_tokens is None:
         raise bad_request("'max_tokens' is required", param="max_tokens")
@@ -105,6 +106,19 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
     copy_fields(body, chat, ("temperature", "top_p"))
     copy_stream(body, chat)
     return chat
+
+
+def _check_thinking(thinking: Any) -> None:
+    """`thinking` is accepted as Anthropic defines it; a reasoning model thinks as it was trained to (the
+    budget is not enforced apart: `max_tokens` bounds thinking and answer together)."""
+    if thinking is None:
+        return
+    kind = expect_dict(thinking, "thinking").get("type")
+    if kind not in THINKING_TYPES:
+        raise bad_request(f"'thinking.type' must be one of {', '.join(THINKING_TYPES)}", "thinking.type")
+    budget = thinking.get("budget_tokens")
+    if kind == "enabled" and (not isinstance(budget, int) or isinstance(budget, bool) or budget < 1):
+        raise bad_request("'thinking.budget_tokens' must be a positive integer", "thinking.budget_tokens")
 
 
 def _system(system: Any) -> list[dict[str, Any]]:
@@ -140,9 +154,14 @@ def _add_message(messages: list[dict[str, Any]], message: dict[str, Any], param:
 
 def _assistant(blocks: Any, param: str) -> dict[str, Any]:
     texts: list[str] = []
+    thoughts: list[str] = []
     calls: list[dict[str, Any]] = []
     for block, where in expect_dicts(blocks, param):
-        if block.get("type") == "tool_use":
+        if block.get("type") == "thinking":
+            thoughts.append(expect_str(block.get("thinking"), f"{where}.thinking"))
+        elif block.get("type") == "redacted_thinking":
+            continue  # another provider's encrypted thinking: there is no text to give the model
+        elif block.get("type") == "tool_use":
             arguments = block.get("input", {})
             calls.append(
                 chat_tool_call(
@@ -154,6 +173,8 @@ def _assistant(blocks: Any, param: str) -> dict[str, Any]:
         else:
             texts.append(_block_text(block, where))
     message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts or not calls else None}
+    if thoughts:
+        message["reasoning_content"] = "\n".join(thoughts)
     if calls:
         message["tool_calls"] = calls
     return message
@@ -251,6 +272,12 @@ def tool_input(arguments: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {UNPARSED_ARGUMENTS: arguments}
 
 
+def signature(thinking: str) -> str:
+    """A thinking block's `signature`: clients send it back unchanged; the gateway does not check it (the
+    thinking is the model's own text, rendered again by its chat template)."""
+    return "tether-" + hashlib.sha256(thinking.encode()).hexdigest()[:32]
+
+
 def _tool_block(call: ToolCall) -> dict[str, Any]:
     return {"type": "tool_use", "id": call.call_id, "name": call.name, "input": tool_input(call.arguments)}
 
@@ -280,6 +307,10 @@ def _usage(usage: dict[str, Any]) -> dict[str, int]:
 def from_chat(response: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]:
     answer = read_chat_answer(response)
     content: list[dict[str, Any]] = []
+    if answer.reasoning:
+        content.append(
+            {"type": "thinking", "thinking": answer.reasoning, "signature": signature(answer.reasoning)}
+        )
     if answer.text or not answer.tool_calls:
         content.append({"type": "text", "text": answer.text})
     content += [_tool_block(call) for call in answer.tool_calls]
@@ -316,8 +347,11 @@ class _MessageStream:
 
     def __init__(self, request: dict[str, Any]) -> None:
         self.request = request
-        self.blocks: list[ToolCall | None] = []  # None: a text block
+        self.blocks: list[ToolCall | None] = []  # None: a text or thinking block
         self.open_text: int | None = None
+        self.open_thinking: int | None = None
+        self.thinking: list[str] = []
+        self.had_text = False
 
     def start(self) -> list[bytes]:
         message = _message(
@@ -325,8 +359,29 @@ class _MessageStream:
         )
         return [_event("message_start", message=message)]
 
+    def reasoning(self, delta: str) -> list[bytes]:
+        events: list[bytes] = []
+        if self.open_thinking is None:
+            self._close_text(events)
+            block = {"type": "thinking", "thinking": "", "signature": ""}
+            self.open_thinking = self._open(None, block, events)
+        self.thinking.append(delta)
+        delta_event = {"type": "thinking_delta", "thinking": delta}
+        events.append(_event("content_block_delta", index=self.open_thinking, delta=delta_event))
+        return events
+
+    def _close_thinking(self, events: list[bytes]) -> None:
+        if self.open_thinking is not None:
+            delta = {"type": "signature_delta", "signature": signature("".join(self.thinking))}
+            events.append(_event("content_block_delta", index=self.open_thinking, delta=delta))
+            events.append(_event("content_block_stop", index=self.open_thinking))
+            self.open_thinking = None
+            self.thinking = []
+
     def text(self, delta: str) -> list[bytes]:
         events: list[bytes] = []
+        self._close_thinking(events)
+        self.had_text = True
         if self.open_text is None:
             self.open_text = self._open(None, {"type": "text", "text": ""}, events)
         delta_event = {"type": "text_delta", "text": delta}
@@ -335,6 +390,7 @@ class _MessageStream:
 
     def tool_start(self, call: ToolCall) -> list[bytes]:
         events: list[bytes] = []
+        self._close_thinking(events)
         self._close_text(events)
         self._open(call, {"type": "tool_use", "id": call.call_id, "name": call.name, "input": {}}, events)
         return events
@@ -354,7 +410,10 @@ class _MessageStream:
             self.open_text = None
 
     def finish(self, end: StreamEnd) -> list[bytes]:
-        events = self.text("") if not self.blocks else []
+        events: list[bytes] = []
+        self._close_thinking(events)
+        if not self.had_text and not any(call is not None for call in self.blocks):
+            events += self.text("")  # an answer has a text block, if only an empty one
         self._close_text(events)
         for index, call in enumerate(self.blocks):
             if call is None:

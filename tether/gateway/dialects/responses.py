@@ -23,6 +23,7 @@ from tether.gateway.dialects.common import (
     copy_stream,
     expect_dict,
     expect_dicts,
+    expect_list,
     expect_str,
     image_part,
     new_id,
@@ -59,11 +60,15 @@ SUPPORTED_FIELDS = (
     "reasoning",
     "previous_response_id",
     "conversation",
+    # Hosting hints, with no effect on what the model is asked: accepted and not used.
+    "client_metadata",
 )
 STATELESS = "the gateway keeps no responses; send the whole conversation in 'input'"
 STATELESS_FILES = "the gateway keeps no files: a URL, or the image's bytes as a data: URL"
 ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
 TEXT_PARTS = ("input_text", "output_text", "text", "refusal")
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
+INCLUDABLE = ("reasoning.encrypted_content",)
 # The chat finish reasons that leave a response incomplete, and the reason the response gives.
 INCOMPLETE_REASONS = {"length": "max_output_tokens", "content_filter": "content_filter"}
 
@@ -79,8 +84,8 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
     require_default(body, "store", (None, False), "it keeps no responses; send 'store': false")
     require_default(body, "background", (None, False), "calls are answered in the foreground")
     require_default(body, "truncation", (None, "disabled"), "the conversation is never truncated")
-    require_default(body, "include", (None, []), "no extra output data is available")
-    require_default(body, "reasoning", (None, {}), "reasoning options are not available")
+    _check_include(body.get("include"))
+    _check_reasoning(body.get("reasoning"))
     chat: dict[str, Any] = {"model": body.get("model"), "messages": _messages(body)}
     if body.get("tools") is not None:
         chat["tools"] = _tools(body["tools"])
@@ -95,6 +100,32 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
         chat["response_format"] = response_format
     copy_stream(body, chat)
     return chat
+
+
+def _check_include(include: Any) -> None:
+    """Extra output data: only `reasoning.encrypted_content`, which is answered with the thinking in the
+    clear (a reasoning item's `content`; it has no encrypted form), so a client that keeps reasoning
+    items between turns (Codex) sends it back as text."""
+    for value, where in ((v, f"include[{i}]") for i, v in enumerate(expect_list(include or [], "include"))):
+        if value not in INCLUDABLE:
+            raise bad_request(
+                f"'{where}' {value!r} is not available from the Tether gateway (available: "
+                f"{', '.join(INCLUDABLE)})",
+                param=where,
+            )
+
+
+def _check_reasoning(reasoning: Any) -> None:
+    """`reasoning` options are accepted as the API defines them; a reasoning model thinks as it was trained
+    to (its effort is not set apart: `max_output_tokens` bounds thinking and answer together)."""
+    if reasoning is None:
+        return
+    options = expect_dict(reasoning, "reasoning")
+    allowed = {"effort": (None, *REASONING_EFFORTS), "summary": (None, "auto", "concise", "detailed")}
+    for name, values in allowed.items():
+        if options.get(name) not in values:
+            shown = ", ".join(str(v) for v in values[1:])
+            raise bad_request(f"'reasoning.{name}' must be one of {shown}", param=f"reasoning.{name}")
 
 
 def _messages(body: dict[str, Any]) -> list[dict[str, Any]]:
@@ -119,8 +150,15 @@ def _add_item(messages: list[dict[str, Any]], item: dict[str, Any], param: str) 
             raise bad_request(f"'{param}.role' must be one of {', '.join(ROLES)}", param=f"{param}.role")
         content = item.get("content")
         where = f"{param}.content"
+        text = _user(content, where) if role == "user" else _text(content, where)
+        last = messages[-1] if messages else None
+        if role == "assistant" and last is not None and _thinking_only(last):
+            last["content"] = text  # the answer that followed that thinking
+        else:
+            messages.append({"role": role, "content": text})
+    elif kind == "reasoning":
         messages.append(
-            {"role": role, "content": _user(content, where) if role == "user" else _text(content, where)}
+            {"role": "assistant", "content": None, "reasoning_content": _reasoning_text(item, param)}
         )
     elif kind == "function_call":
         call = chat_tool_call(
@@ -144,9 +182,28 @@ def _add_item(messages: list[dict[str, Any]], item: dict[str, Any], param: str) 
     else:
         raise bad_request(
             f"input items of type {kind!r} are not supported by the Tether gateway "
-            "(supported: message, function_call, function_call_output)",
+            "(supported: message, reasoning, function_call, function_call_output)",
             param=f"{param}.type",
         )
+
+
+def _thinking_only(message: dict[str, Any]) -> bool:
+    """A reasoning item's message that no answer or call has joined yet."""
+    return "reasoning_content" in message and message.get("content") is None and not message.get("tool_calls")
+
+
+def _reasoning_text(item: dict[str, Any], param: str) -> str:
+    """A reasoning item's thinking: its `content` texts, else its summary's (encrypted content is another
+    provider's and has no text)."""
+    for key in ("content", "summary"):
+        parts = item.get(key) or []
+        texts = [
+            expect_str(part.get("text"), f"{where}.text")
+            for part, where in expect_dicts(parts, f"{param}.{key}")
+        ]
+        if texts:
+            return "\n".join(texts)
+    return ""
 
 
 def _user(content: Any, param: str) -> str | list[dict[str, Any]]:
@@ -248,6 +305,15 @@ def _message_item(item_id: str, text: str, status: str) -> dict[str, Any]:
     }
 
 
+def _reasoning_item(item_id: str, text: str) -> dict[str, Any]:
+    return {
+        "id": item_id,
+        "type": "reasoning",
+        "summary": [],
+        "content": [{"type": "reasoning_text", "text": text}],
+    }
+
+
 def _call_item(item_id: str, call: ToolCall, status: str) -> dict[str, Any]:
     return {
         "id": item_id,
@@ -312,7 +378,7 @@ def _finish(envelope: dict[str, Any], output: list[dict[str, Any]], finish_reaso
 def from_chat(response: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]:
     answer: ChatAnswer = read_chat_answer(response)
     done = "incomplete" if answer.finish_reason == "length" else "completed"
-    output = []
+    output = [_reasoning_item(new_id("rs_"), answer.reasoning)] if answer.reasoning else []
     if answer.text or not answer.tool_calls:
         output.append(_message_item(new_id("msg_"), answer.text, done))
     output += [_call_item(new_id("fc_"), call, "completed") for call in answer.tool_calls]
@@ -329,8 +395,10 @@ def from_chat(response: dict[str, Any], request: dict[str, Any]) -> dict[str, An
 class _OpenItem:
     output_index: int
     item_id: str
-    call: ToolCall | None = None  # None: a message
+    call: ToolCall | None = None  # None: a message or a reasoning item
     text: list[str] = field(default_factory=list)
+    reasoning: bool = False
+    done: dict[str, Any] | None = None  # the item as closed (a reasoning item closes when the answer starts)
 
 
 class _ResponseStream:
@@ -357,10 +425,26 @@ class _ResponseStream:
             self.event("response.in_progress", response=self.envelope),
         ]
 
+    def reasoning(self, delta: str) -> list[bytes]:
+        events: list[bytes] = []
+        current = self.items[-1] if self.items else None
+        if current is None or not current.reasoning:
+            current = _OpenItem(len(self.items), new_id("rs_"), reasoning=True)
+            self.items.append(current)
+            added = {**_reasoning_item(current.item_id, ""), "content": []}
+            events.append(
+                self.event("response.output_item.added", output_index=current.output_index, item=added)
+            )
+        current.text.append(delta)
+        events.append(self.item_event("response.reasoning_text.delta", current, content_index=0, delta=delta))
+        return events
+
     def text(self, delta: str) -> list[bytes]:
         events: list[bytes] = []
         current = self.items[-1] if self.items else None
-        if current is None or current.call is not None:
+        if current is not None and current.reasoning and current.done is None:
+            self._close(current, "completed", events)
+        if current is None or current.call is not None or current.reasoning:
             current = self._open_message(events)
         current.text.append(delta)
         events.append(
@@ -378,11 +462,15 @@ class _ResponseStream:
         return item
 
     def tool_start(self, call: ToolCall) -> list[bytes]:
+        events: list[bytes] = []
+        current = self.items[-1] if self.items else None
+        if current is not None and current.reasoning and current.done is None:
+            self._close(current, "completed", events)
         item = _OpenItem(len(self.items), new_id("fc_"), call)
         self.items.append(item)
         self.by_call[id(call)] = item
         added = _call_item(item.item_id, ToolCall(call.call_id, call.name), "in_progress")
-        return [self.event("response.output_item.added", output_index=item.output_index, item=added)]
+        return [*events, self.event("response.output_item.added", output_index=item.output_index, item=added)]
 
     def tool_args(self, call: ToolCall, delta: str) -> list[bytes]:
         item = self.by_call[id(call)]
@@ -390,8 +478,8 @@ class _ResponseStream:
 
     def finish(self, end: StreamEnd) -> list[bytes]:
         events: list[bytes] = []
-        if not self.items:
-            self._open_message(events)
+        if not any(item.call is None and not item.reasoning for item in self.items) and not self.by_call:
+            self._open_message(events)  # an answer has a message, if only an empty one
         status = "incomplete" if end.finish_reason == "length" else "completed"
         output = [self._close(item, status, events) for item in self.items]
         self.envelope["model"] = end.model or self.envelope["model"]
@@ -402,7 +490,13 @@ class _ResponseStream:
         return events
 
     def _close(self, item: _OpenItem, status: str, events: list[bytes]) -> dict[str, Any]:
-        if item.call is not None:
+        if item.done is not None:
+            return item.done
+        if item.reasoning:
+            done = _reasoning_item(item.item_id, "".join(item.text))
+            text = done["content"][0]["text"]
+            events.append(self.item_event("response.reasoning_text.done", item, content_index=0, text=text))
+        elif item.call is not None:
             done = _call_item(item.item_id, item.call, "completed")
             arguments = done["arguments"]
             events.append(self.item_event("response.function_call_arguments.done", item, arguments=arguments))
@@ -415,6 +509,7 @@ class _ResponseStream:
             )
             events.append(self.item_event("response.content_part.done", item, content_index=0, part=part))
         events.append(self.event("response.output_item.done", output_index=item.output_index, item=done))
+        item.done = done
         return done
 
     def fail(self, error: dict[str, Any]) -> list[bytes]:

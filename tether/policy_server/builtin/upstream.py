@@ -19,6 +19,7 @@ from tether.gateway.upstreams.base import (
     wants_logprobs,
 )
 from tether.gateway.upstreams.sse import sse
+from tether.models.reasoning import StreamSplitter, is_reasoning_template, opens_thinking, split_reasoning
 from tether.models.tools import (
     ParsedOutput,
     ToolCallStream,
@@ -192,6 +193,14 @@ class EngineUpstream:
     def policy_version(self) -> int:
         return self.engine.version_of(self.policy)
 
+    def _thinking(self, kind: CallKind, prompt_ids: list[int]) -> bool | None:
+        """For a chat call of a reasoning model: whether its prompt already opened `<think>` (False: the
+        model opens it, if it thinks). None: not a reasoning model's chat call, nothing to split."""
+        tokenizer = getattr(self.engine, "tokenizer", None)
+        if kind != "chat" or not is_reasoning_template(getattr(tokenizer, "chat_template", None)):
+            return None
+        return opens_thinking(self.engine.decode(prompt_ids[-8:]))
+
     def _prompt_ids(self, kind: CallKind, body: dict[str, Any], plan: ToolPlan) -> list[int]:
         if kind == "chat":
             messages = body.get("messages")
@@ -251,9 +260,10 @@ class EngineUpstream:
             ChoiceRecord(i, gen.text, gen.finish_reason, list(gen.token_ids), list(gen.logprobs))
             for i, (gen, _) in enumerate(results)
         ]
-        parsed = [_parse_choice(choice, plan) for choice in choices]
+        thinking = self._thinking(kind, prompt_ids)
+        parsed = [_parse_choice(choice, plan, thinking) for choice in choices]
         version = min(version for _, version in results)
-        response = self._response(kind, body, prompt_ids, choices, parsed)
+        response = self._response(kind, body, prompt_ids, choices, parsed, thinking)
         if prompt_logprobs is not None:
             for item in response["choices"]:
                 item["prompt_logprobs"] = prompt_logprobs
@@ -300,6 +310,7 @@ class EngineUpstream:
         prompt_ids: list[int],
         choices: list[ChoiceRecord],
         parsed: list[ParsedOutput | None],
+        thinking: bool | None = None,
     ) -> dict[str, Any]:
         with_logprobs = wants_logprobs(kind, body)
         wants_ids = bool(body.get("return_token_ids"))
@@ -307,7 +318,7 @@ class EngineUpstream:
         for choice, output in zip(choices, parsed, strict=True):
             if kind == "chat":
                 answer: dict[str, Any] = {
-                    "message": _message(choice, output),
+                    "message": _message(choice, output, thinking),
                     "finish_reason": _finish_reason(choice, output),
                 }
             else:
@@ -347,10 +358,19 @@ class EngineUpstream:
         with_logprobs = wants_logprobs(kind, body)
         wants_ids = bool(body.get("return_token_ids"))
 
-        def chunk(delta_text: str | None, finish: str | None, token: tuple[int, float] | None) -> bytes:
+        thinking = self._thinking(kind, prompt_ids)
+        splitter = StreamSplitter(thinking) if thinking is not None else None
+
+        def chunk(
+            delta_text: str | None,
+            finish: str | None,
+            token: tuple[int, float] | None,
+            reasoning: str = "",
+        ) -> bytes:
             choice: dict[str, Any] = {"index": 0, "finish_reason": finish, "logprobs": None}
             if kind == "chat":
-                choice["delta"] = {} if delta_text is None else {"content": delta_text}
+                delta = {} if delta_text is None else {"content": delta_text}
+                choice["delta"] = {"reasoning_content": reasoning, **delta} if reasoning else delta
             else:
                 choice["text"] = delta_text or ""
             if token is not None and with_logprobs:
@@ -383,6 +403,11 @@ class EngineUpstream:
             async for item in self.engine.stream(prompt_ids, params, owner=owner, policy=self.policy):
                 if isinstance(item, GenerationDone):
                     generation, version = item.generation, item.policy_version
+                elif splitter is not None and (splitter.state != "answer" or splitter.held):
+                    reasoning, text = splitter.feed(item.text)
+                    if text and calls is not None:
+                        text = calls.feed(text)
+                    yield chunk(text, None, (item.token_id, item.logprob), reasoning)
                 elif calls is None:
                     yield chunk(item.text, None, (item.token_id, item.logprob))
                 else:
@@ -393,6 +418,12 @@ class EngineUpstream:
         except ValueError as exc:
             raise GatewayError(400, str(exc)) from exc
         assert generation is not None
+        if splitter is not None:
+            reasoning, text = splitter.flush()
+            if text and calls is not None:
+                text = calls.feed(text)
+            if reasoning or text:
+                yield chunk(text, None, None, reasoning)
         record = ChoiceRecord(
             0,
             generation.text,
@@ -400,7 +431,7 @@ class EngineUpstream:
             list(generation.token_ids),
             list(generation.logprobs),
         )
-        output = _parse_choice(record, plan)
+        output = _parse_choice(record, plan, thinking)
         if calls is not None and output is not None:
             for payload in _closing_deltas(calls, output):
                 yield sse(envelope([{"index": 0, "delta": payload, "finish_reason": None, "logprobs": None}]))
@@ -408,7 +439,7 @@ class EngineUpstream:
         usage = self._usage(prompt_ids, [record])
         if stream_options(body).get("include_usage"):
             yield sse(envelope([]) | {"usage": usage})
-        response = self._response(kind, body, prompt_ids, [record], [output])
+        response = self._response(kind, body, prompt_ids, [record], [output], thinking)
         yield CallRecord(response, [record], prompt_ids, usage, version, params.sampler)
 
     async def aclose(self) -> None:
@@ -425,23 +456,35 @@ def _tool_plan(kind: CallKind, body: dict[str, Any]) -> ToolPlan:
         raise GatewayError(400, str(exc), param=exc.param) from exc
 
 
-def _parse_choice(choice: ChoiceRecord, plan: ToolPlan) -> ParsedOutput | None:
-    """Tool calls in a choice's text, when the request offered tools; sets the record's parse error."""
+def _answer_text(choice: ChoiceRecord, thinking: bool | None) -> tuple[str | None, str]:
+    """A chat choice's thinking (None: none) and its answer's text."""
+    if thinking is None:
+        return None, choice.text
+    split = split_reasoning(choice.text, opened=thinking)
+    return split.reasoning, split.content
+
+
+def _parse_choice(choice: ChoiceRecord, plan: ToolPlan, thinking: bool | None = None) -> ParsedOutput | None:
+    """Tool calls in a choice's answer (never in its thinking), when the request offered tools; sets the
+    record's parse error."""
     if not plan.active:
         return None
-    output = parse_tool_calls(choice.text, plan.names)
+    output = parse_tool_calls(_answer_text(choice, thinking)[1], plan.names)
     choice.tool_parse_error = output.error
     return output
 
 
-def _message(choice: ChoiceRecord, output: ParsedOutput | None) -> dict[str, Any]:
-    if output is None or not output.tool_calls:
-        return {"role": "assistant", "content": choice.text}
-    return {
-        "role": "assistant",
-        "content": output.content,
-        "tool_calls": [call.openai() for call in output.tool_calls],
-    }
+def _message(
+    choice: ChoiceRecord, output: ParsedOutput | None, thinking: bool | None = None
+) -> dict[str, Any]:
+    reasoning, text = _answer_text(choice, thinking)
+    message: dict[str, Any] = {"role": "assistant", "content": text}
+    if reasoning is not None:
+        message["reasoning_content"] = reasoning
+    if output is not None and output.tool_calls:
+        message["content"] = output.content
+        message["tool_calls"] = [call.openai() for call in output.tool_calls]
+    return message
 
 
 def _finish_reason(choice: ChoiceRecord, output: ParsedOutput | None) -> str | None:
