@@ -173,3 +173,17 @@ def test_a_canary_without_its_folder_a_bad_share_or_another_engine_is_one_line(t
         done = tether("serve", "--model", "tiny-random", "--project-dir", str(tmp_path), *argv, cwd=tmp_path)
         assert done.returncode != 0 and says in done.stderr, (argv, done.stderr)
         assert "Traceback" not in done.stderr
+
+
+def test_an_incumbent_whose_folder_is_gone_is_one_line_naming_it(tmp_path: Path) -> None:
+    gone = tmp_path / "policies" / "v3"
+    store = SQLiteStore(tmp_path / ".tether" / "store.db")
+    state = {"incumbent": {"version": 3, "path": str(gone), "started": None}, "canary": None, "seen": 3}
+    store.put_resource("canary:sessions", "canary", {"event": "promoted", "state": state})
+    store.close()
+    argv = ["--canary", "10%", "--watch", str(gone.parent)]
+    done = tether("serve", "--model", "tiny-random", "--project-dir", str(tmp_path), *argv, cwd=tmp_path)
+    assert (
+        done.returncode != 0 and "the deployment's incumbent v3" in done.stderr and str(gone) in done.stderr
+    )
+    assert "Traceback" not in done.stderr

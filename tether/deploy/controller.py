@@ -118,9 +118,18 @@ class CanaryController:
         self.state = CanaryState.from_dict(recorded.value["state"])
         incumbent, canary = self.state.incumbent, self.state.canary
         if incumbent.path is not None:
-            self._run(self.server.load(PolicyWeights(Path(incumbent.path), "lora", incumbent.version)))
+            try:
+                self._run(self.server.load(PolicyWeights(Path(incumbent.path), "lora", incumbent.version)))
+            except Exception as exc:  # noqa: BLE001 - said as one line: the deployment cannot serve
+                raise ValueError(
+                    f"the deployment's incumbent v{incumbent.version} ({incumbent.path}) does not load: {exc}"
+                ) from None
         if canary is not None and canary.path is not None:
-            self._serve_canary(canary)
+            try:
+                self._serve_canary(canary)
+            except Exception as exc:  # noqa: BLE001 - its folder went away: the incumbent serves all
+                self.state.canary = None
+                self._record("refused", f"v{canary.version} from {canary.path} does not load again: {exc}")
         return self.state
 
     def _record(self, event: str, reason: str, comparison: Comparison | None = None) -> None:

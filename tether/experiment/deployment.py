@@ -52,7 +52,10 @@ def canary_of(
         )
     except ValueError as exc:
         raise SettingsError(f"tether serve: {exc}") from None
-    controller.restore()
+    try:
+        controller.restore()
+    except ValueError as exc:
+        raise SettingsError(f"tether serve: {exc}") from None
     return controller
 
 
