@@ -24,7 +24,7 @@ from tether.store import RolloutStatus, SQLiteStore
 pytestmark = pytest.mark.integration
 
 AGENTS_DIR = Path(__file__).parent / "agents"
-BIN = Path(__file__).parent / "node" / "node_modules" / ".bin"
+BIN = Path(__file__).parent / "harnesses" / "node_modules" / ".bin"
 # Each harness's shell tool, and what it is called with.
 SHELL = {
     "codex": ("exec_command", {"cmd": "echo tether-was-here"}),

@@ -5,7 +5,7 @@
 # the boundary is Tether's (`--sandbox bwrap`). The task's `prompt` is the one turn of `codex exec`;
 # Codex prints its last message on stdout, which is the rollout's output.
 set -euo pipefail
-node_dir="$(cd "$(dirname "$0")/../node" && pwd)"
+node_dir="$(cd "$(dirname "$0")/../harnesses" && pwd)"
 CODEX_HOME="$(mktemp -d)"
 export CODEX_HOME
 trap 'rm -rf "$CODEX_HOME"' EXIT

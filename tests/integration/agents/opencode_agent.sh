@@ -5,7 +5,7 @@
 # `opencode run`, in a scratch folder of its own; the title it would ask the model for is off (one call
 # less that is not the task).
 set -euo pipefail
-node_dir="$(cd "$(dirname "$0")/../node" && pwd)"
+node_dir="$(cd "$(dirname "$0")/../harnesses" && pwd)"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 cat > "$work/opencode.json" <<'EOF'
