@@ -58,6 +58,7 @@ test: setup setup-vllm
 	bash scripts/ensure_chromium.sh
 	bash scripts/ensure_bwrap.sh
 	bash scripts/ensure_node.sh
+	bash scripts/ensure_frameworks.sh
 	$(BIN)/python -m pytest -q -ra --durations=25 -n 3 --dist loadgroup
 
 # The framework examples and the coding agent learn: teacher rollouts on train -> SFT warm start -> GRPO

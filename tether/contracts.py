@@ -59,6 +59,7 @@ class CallAttr:
     API: Final = "api"  # "responses" or "messages" for translated calls
     CHAT_REQUEST: Final = "chat_request"  # a translated call's chat form
     OVERRIDES: Final = "overrides"
+    LOWERED: Final = "lowered"  # token counts above the gateway's cap, as asked (the call had the cap)
     POLICY_VERSION: Final = "policy_version"
     # The distribution the tokens were drawn from and their logprobs are under (`tether.sampling.Sampler`
     # as a dict); absent on spans recorded before it was, whose logprobs are the raw log-softmax.

@@ -113,12 +113,19 @@ def test_prompt_clients_are_served(server_url: str) -> None:
 
 
 @pytest.fixture
-def upstream_url() -> Iterator[str]:
-    with serve_app(create_fake_upstream(Behaviour())) as url:
+def upstream_behaviour() -> Behaviour:
+    return Behaviour()
+
+
+@pytest.fixture
+def upstream_url(upstream_behaviour: Behaviour) -> Iterator[str]:
+    with serve_app(create_fake_upstream(upstream_behaviour)) as url:
         yield url + "/v1"
 
 
-def test_tether_serve_applies_its_limit_options(tmp_path: Path, upstream_url: str) -> None:
+def test_tether_serve_applies_its_limit_options(
+    tmp_path: Path, upstream_url: str, upstream_behaviour: Behaviour
+) -> None:
     options = ["--header-timeout", str(TIMEOUT_S), "--max-tokens-cap", "64", "--n-cap", "2"]
     with serve_process(tmp_path / "project", "--upstream", upstream_url, *options) as served:
         with connect(served.url) as sock:
@@ -126,10 +133,8 @@ def test_tether_serve_applies_its_limit_options(tmp_path: Path, upstream_url: st
             assert read_until_closed(sock).startswith(b"HTTP/1.1 408")
         llm = openai.OpenAI(base_url=served.base_url, api_key=served.api_key, max_retries=0)
         messages = [{"role": "user", "content": "hi"}]
-        with pytest.raises(
-            openai.BadRequestError, match="'max_tokens' is 65, above this gateway's cap of 64"
-        ):
-            llm.chat.completions.create(model="policy", messages=messages, max_tokens=65)
-        with pytest.raises(openai.BadRequestError, match="cap of 2"):
+        llm.chat.completions.create(model="policy", messages=messages, max_tokens=65)
+        with pytest.raises(openai.BadRequestError, match="'n' is 3, above this gateway's cap of 2"):
             llm.chat.completions.create(model="policy", messages=messages, n=3)
         llm.chat.completions.create(model="policy", messages=messages, max_tokens=64, n=2)
+        assert [r["max_tokens"] for r in upstream_behaviour.requests] == [64, 64]  # 65 lowered to the cap

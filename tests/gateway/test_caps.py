@@ -1,5 +1,6 @@
-"""Per-request caps: a call asking for more tokens or choices than the gateway allows is refused with a
-400 that names the field and the cap, before the model runs; at the cap it is served."""
+"""Per-request caps: a call asking for more choices than the gateway allows is refused with a 400 that
+names the field and the cap, before the model runs; one asking for more tokens is served with the cap,
+its span recording what it asked; at the caps a call is served as it is."""
 
 from __future__ import annotations
 
@@ -21,15 +22,18 @@ ROUTES: dict[str, dict[str, Any]] = {
     "messages": {**CHAT, "max_tokens": 16},
 }
 OVER_CAP = [
-    ("chat/completions", "max_tokens", 10**9, DEFAULT_MAX_TOKENS_CAP),
-    ("chat/completions", "max_tokens", 1e9, DEFAULT_MAX_TOKENS_CAP),
-    ("chat/completions", "max_completion_tokens", DEFAULT_MAX_TOKENS_CAP + 1, DEFAULT_MAX_TOKENS_CAP),
     ("chat/completions", "n", DEFAULT_N_CAP + 1, DEFAULT_N_CAP),
-    ("completions", "max_tokens", DEFAULT_MAX_TOKENS_CAP + 1, DEFAULT_MAX_TOKENS_CAP),
     ("completions", "n", 16, DEFAULT_N_CAP),
     ("completions", "best_of", 16, DEFAULT_N_CAP),
-    ("responses", "max_output_tokens", DEFAULT_MAX_TOKENS_CAP + 1, DEFAULT_MAX_TOKENS_CAP),
-    ("messages", "max_tokens", DEFAULT_MAX_TOKENS_CAP + 1, DEFAULT_MAX_TOKENS_CAP),
+]
+# (route, field, value asked, the field as the upstream's chat or completions request names it)
+OVER_TOKEN_CAP = [
+    ("chat/completions", "max_tokens", 10**9, "max_tokens"),
+    ("chat/completions", "max_tokens", 1e9, "max_tokens"),
+    ("chat/completions", "max_completion_tokens", DEFAULT_MAX_TOKENS_CAP + 1, "max_completion_tokens"),
+    ("completions", "max_tokens", DEFAULT_MAX_TOKENS_CAP + 1, "max_tokens"),
+    ("responses", "max_output_tokens", DEFAULT_MAX_TOKENS_CAP + 1, "max_tokens"),
+    ("messages", "max_tokens", 64000, "max_tokens"),  # pydantic-ai's default for Claude models
 ]
 
 
@@ -64,12 +68,25 @@ def test_a_call_over_a_cap_is_refused_naming_the_field_and_the_cap(
     assert refusal.status == "error" and refusal.status_message == message
 
 
+@pytest.mark.parametrize(("route", "name", "value", "upstream_name"), OVER_TOKEN_CAP)
+def test_a_call_over_the_token_cap_is_served_with_the_cap_and_says_what_it_asked(
+    rig: GatewayRig, route: str, name: str, value: float, upstream_name: str
+) -> None:
+    rollout_id, response = post(rig, route, {**ROUTES[route], name: value})
+    assert response.status_code == 200, response.text
+    assert rig.behaviour.requests[0][upstream_name] == DEFAULT_MAX_TOKENS_CAP
+    [call] = rig.store.query_spans(rollout_id=rollout_id)
+    assert is_call_span(call.name) and call.status == "ok"
+    assert call.attributes[CallAttr.LOWERED] == {name: value}
+    assert call.attributes[CallAttr.REQUEST][name] == DEFAULT_MAX_TOKENS_CAP
+
+
 def test_refused_calls_are_kept_only_within_the_attempts_span_quota(rig: GatewayRig) -> None:
     """An agent cannot grow the store by being refused: the refusals' spans are charged to its quota,
     beyond which they are answered the same but not kept."""
     rig.gateway.span_ledger.quota = AgentQuota(max_spans=2)
     rollout_id, base_url, key = rig.session()
-    over = {**CHAT, "max_tokens": DEFAULT_MAX_TOKENS_CAP + 1}
+    over = {**CHAT, "n": DEFAULT_N_CAP + 1}
     for _ in range(4):
         response = httpx.post(
             f"{base_url}/chat/completions", json=over, headers={"Authorization": f"Bearer {key}"}
@@ -86,19 +103,18 @@ def test_a_call_at_the_caps_is_served(rig: GatewayRig) -> None:
     rollout_id, response = post(rig, "chat/completions", body)
     assert response.status_code == 200, response.text
     assert rig.behaviour.requests[0]["max_tokens"] == DEFAULT_MAX_TOKENS_CAP
-    assert len(rig.store.query_spans(rollout_id=rollout_id)) == 1
+    [call] = rig.store.query_spans(rollout_id=rollout_id)
+    assert CallAttr.LOWERED not in call.attributes
 
 
 def test_the_caps_are_the_gateways_config(rig: GatewayRig) -> None:
     rig.gateway.config.max_tokens_cap, rig.gateway.config.n_cap = 100, 2
     _, base_url, key = rig.session()
     llm = openai.OpenAI(base_url=base_url, api_key=key, max_retries=0)
-    with pytest.raises(openai.BadRequestError, match="cap of 100"):
-        llm.chat.completions.create(**CHAT, max_tokens=101)
     with pytest.raises(openai.BadRequestError, match="cap of 2"):
         llm.chat.completions.create(**CHAT, n=3)
-    llm.chat.completions.create(**CHAT, max_tokens=100, n=2)
-    assert len(rig.behaviour.requests) == 1
+    llm.chat.completions.create(**CHAT, max_tokens=101, n=2)
+    assert [request["max_tokens"] for request in rig.behaviour.requests] == [100]
 
 
 def test_values_of_the_wrong_type_are_left_to_the_upstream(rig: GatewayRig) -> None:

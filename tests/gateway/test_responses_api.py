@@ -15,7 +15,7 @@ from tests.gateway.dialect_helpers import PIXEL, call_through_pause, only_span, 
 from tests.gateway.scripted_upstream import FIRST_TOKEN_ID, PROMPT_IDS, Script, ScriptedCall, scripted_rig
 from tests.rigs import GatewayRig
 from tether.adapters.build import build_transitions
-from tether.contracts import REFUSED_CALL_SPAN
+from tether.contracts import REFUSED_CALL_SPAN, CallAttr
 
 WEATHER_TOOL = {
     "type": "function",
@@ -196,6 +196,16 @@ def test_json_schema_format_becomes_response_format(srig: GatewayRig, script: Sc
     }
 
 
+def test_verbosity_is_accepted_as_the_agents_sdk_sends_it(srig: GatewayRig, script: Script) -> None:
+    """The Agents SDK's default model sends `text.verbosity`: accepted, recorded in the request, and the
+    policy answers as it was trained to (no chat field is made of it)."""
+    rollout_id, base_url, key = srig.session()
+    text = {"format": {"type": "text"}, "verbosity": "low"}
+    reply = client(base_url, key).responses.create(model="policy", input="hi", text=text)  # type: ignore[arg-type]
+    assert reply.status == "completed" and "verbosity" not in script.requests[-1]
+    assert only_span(srig, rollout_id).attributes[CallAttr.REQUEST]["text"] == text
+
+
 def test_attempt_scoped_base_url(srig: GatewayRig) -> None:
     rollout_id, _, key = srig.session()
     url = f"{srig.url}/rollouts/{rollout_id}/attempts/1/v1"
@@ -216,6 +226,8 @@ def test_attempt_scoped_base_url(srig: GatewayRig) -> None:
             "input[0].summary[0].text",
         ),
         ({"reasoning": {"effort": "enormous"}}, "reasoning.effort"),
+        ({"text": {"verbosity": "verbose"}}, "text.verbosity"),
+        ({"text": {"tone": "dry"}}, "text.tone"),
         (
             {"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]},
             "input[0].content[0].type",

@@ -162,12 +162,14 @@ class GatewaySettings:
 
 @dataclass
 class CapSettings:
-    """What one model call may ask of the gateway; a call over a cap is refused (400) naming it."""
+    """What one model call may ask of the gateway: more tokens are lowered to the cap (the span records
+    what was asked), more choices refused (400) naming it."""
 
     max_tokens_cap: int = option(
         DEFAULT_MAX_TOKENS_CAP,
-        "refuse (400) a call asking for more tokens than this: max_tokens, max_completion_tokens,"
-        " Responses max_output_tokens, Messages max_tokens",
+        "the most tokens one call generates: a call asking for more (max_tokens, max_completion_tokens,"
+        " Responses max_output_tokens, Messages max_tokens) gets this many, its span recording what it"
+        " asked",
         metavar="N",
     )
     n_cap: int = option(

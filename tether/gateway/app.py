@@ -310,7 +310,7 @@ class Gateway:
             if raw is None:  # the client went away
                 return
             body = self.parse_body(raw)
-            check_caps(kind, body, self.config.max_tokens_cap, self.config.n_cap)
+            ctx.lowered = check_caps(kind, body, self.config.max_tokens_cap, self.config.n_cap)
             answer = await self.dispatch(ctx, kind, body, started)
         except GatewayError as exc:
             self.metrics.refused(exc)

@@ -29,6 +29,8 @@ class CallContext:
     # The upstream that serves the policy's calls for this rollout instead of the default one (a served
     # session given to a canary), while it is registered.
     upstream: str | None = None
+    # The token counts above the gateway's cap that were lowered to it: each field as the agent asked it.
+    lowered: dict[str, Any] = field(default_factory=dict)
 
     def join_trace(self, traceparent: str | None) -> None:
         match = TRACEPARENT.fullmatch(traceparent.strip().lower()) if traceparent else None

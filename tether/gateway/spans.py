@@ -73,6 +73,8 @@ def call_span(
         attributes[CallAttr.CHAT_REQUEST] = body
     if ctx.overrides:
         attributes[CallAttr.OVERRIDES] = ctx.overrides
+    if ctx.lowered:
+        attributes[CallAttr.LOWERED] = ctx.lowered
     error = outcome if isinstance(outcome, GatewayError) else None
     if isinstance(outcome, CallRecord):
         attributes[CallAttr.POLICY_VERSION] = outcome.policy_version

@@ -68,6 +68,7 @@ STATELESS_FILES = "the gateway keeps no files: a URL, or the image's bytes as a 
 ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
 TEXT_PARTS = ("input_text", "output_text", "text", "refusal")
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
+VERBOSITIES = (None, "low", "medium", "high")
 INCLUDABLE = ("reasoning.encrypted_content",)
 # The chat finish reasons that leave a response incomplete, and the reason the response gives.
 INCOMPLETE_REASONS = {"length": "max_output_tokens", "content_filter": "content_filter"}
@@ -268,12 +269,16 @@ def _tool_choice(choice: Any) -> Any:
 
 
 def _response_format(text: Any) -> dict[str, Any] | None:
+    """The chat form of `text.format`. `text.verbosity` (which the Agents SDK sends for its default model)
+    is accepted as the API defines it, as `reasoning.effort` is: the policy answers as it was trained to."""
     if text is None:
         return None
     config = expect_dict(text, "text")
     for key in config:
-        if key != "format":
+        if key not in ("format", "verbosity"):
             raise bad_request(f"'text.{key}' is not supported by the Tether gateway", param=f"text.{key}")
+    if config.get("verbosity") not in VERBOSITIES:
+        raise bad_request("'text.verbosity' must be one of low, medium, high", param="text.verbosity")
     fmt = config.get("format")
     if fmt is None:
         return None
