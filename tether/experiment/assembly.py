@@ -17,7 +17,7 @@ from tether.config.run import StoreSettings
 from tether.experiment.errors import SettingsError
 from tether.experiment.inputs import agent_quota, request_caps
 from tether.experiment.placement import open_placement
-from tether.experiment.serving import serving_policy
+from tether.experiment.serving import served_policy
 from tether.gateway.upstreams import Upstream
 from tether.placement.base import Placement
 from tether.project import Project
@@ -48,13 +48,13 @@ class Experiment:
         """The policy server the settings ask for, and the gateway over it (and `upstreams`)."""
         command = "rollout" if isinstance(settings, RolloutSettings) else "optimize-prompt"
         with (
-            serving_policy(
+            served_policy(
                 settings.server, settings.upstream, upstream_key, console, placement=self.placement
             ) as policy,
             local_stack(
                 self.store,
                 self.authority,
-                [policy, *upstreams],
+                [policy.upstream(), *upstreams],
                 routes=routes,
                 host=self.placement.host,
                 agent_quota=agent_quota(settings.quota),

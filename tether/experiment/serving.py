@@ -21,7 +21,6 @@ from tether.policy_server.openai import OpenAIOptions
 from tether.policy_server.vllm.options import VLLMOptions
 
 if TYPE_CHECKING:
-    from tether.gateway.upstreams import Upstream
     from tether.policy_server import PolicyServer, PolicyServerOptions
 
 
@@ -106,22 +105,6 @@ def policy_server_options(
 
 
 @contextmanager
-def serving_policy(
-    server: ServerSettings,
-    upstream: UpstreamSettings | None,
-    upstream_key: str | None,
-    console: Console,
-    log_dir: Path | None = None,
-    placement: Placement | None = None,
-    adapter: str | None = None,
-) -> Iterator[Upstream]:
-    """The policy's upstream for a command (`--engine`, `--policy-server` or `--upstream`; replicas where
-    the placement has them), its server stopped when the command ends, however it ends."""
-    with served_policy(server, upstream, upstream_key, console, log_dir, placement, adapter) as opened:
-        yield opened.upstream()
-
-
-@contextmanager
 def served_policy(
     server: ServerSettings,
     upstream: UpstreamSettings | None,
@@ -131,7 +114,9 @@ def served_policy(
     placement: Placement | None = None,
     adapter: str | None = None,
 ) -> Iterator[PolicyServer]:
-    """`serving_policy`'s server itself, for a command that also loads weights into it (a canary)."""
+    """The policy's server for a command (`--engine`, `--policy-server` or `--upstream`; replicas where the
+    placement has them), stopped when the command ends, however it ends. Its `upstream()` is what the
+    gateway calls; a command that also loads weights into it (a canary) keeps the server."""
     kind = engine_kind(server, upstream)
     if adapter is not None and kind != "builtin":
         raise SettingsError(
