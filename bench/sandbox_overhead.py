@@ -6,14 +6,17 @@
 Each sandboxed launch pays for the check-free part of the sandbox: a Unix socket and its listener on
 Tether's side, bwrap's namespaces and mounts, and the in-sandbox relay (`python -I -S`) that listens on the
 sandbox's loopback before it starts the agent, and, where Tether may make cgroups (as root), the
-sandbox's own cgroup (made, joined, removed). A third agent runs in the sandbox without the cgroup, so
-the cgroup's share is measured in the same run. The one-off check at start is not counted.
+sandbox's own cgroup (made, joined, removed), and as root the step that runs bwrap as `nobody`
+(`sandbox_stage.py`: a `python -I -S` of Tether's that stages the shown paths). A third agent runs in the
+sandbox without the cgroup, and as root a fourth as uid 0 (`--agent-user root`), so the cgroup's share
+and the unprivileged user's are measured in the same run. The one-off check at start is not counted.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import time
 from pathlib import Path
@@ -24,6 +27,7 @@ from tether.runner.sandbox import BwrapSandbox
 
 LLM_STUB = LLM(base_url="http://127.0.0.1:9/v1", api_key="tro-bench")
 # What the runner gives every agent: with TETHER_SERVER the sandbox starts its relay, as in a real rollout.
+AS_ROOT = "--sandbox bwrap, --agent-user root (uid 0)"
 ENV = {"TETHER_SERVER": "http://127.0.0.1:9", "OPENAI_BASE_URL": "http://127.0.0.1:9/rollouts/r/v1"}
 
 
@@ -42,6 +46,8 @@ async def measure(launches: int) -> dict[str, list[float]]:
         "--sandbox bwrap": CommandAgent("true", sandbox=BwrapSandbox()),
         "--sandbox bwrap, no cgroup": CommandAgent("true", sandbox=without_cgroup),
     }
+    if os.geteuid() == 0:
+        agents[AS_ROOT] = CommandAgent("true", user="root", sandbox=BwrapSandbox())
     seconds: dict[str, list[float]] = {name: [] for name in agents}
     for _ in range(launches):  # in turns, so every kind sees the same machine load
         for name, agent in agents.items():
@@ -72,6 +78,11 @@ def main() -> None:
         f"| the cgroup's share (sandboxed / no cgroup) | {boxed / no_cgroup:.2f}x "
         f"| {_ms(boxed - no_cgroup)} |"
     )
+    if AS_ROOT in medians:
+        as_root = medians[AS_ROOT]
+        print(
+            f"| `nobody`'s share (sandboxed / as uid 0) | {boxed / as_root:.2f}x | {_ms(boxed - as_root)} |"
+        )
 
 
 def _ms(seconds: float) -> str:

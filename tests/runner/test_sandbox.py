@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import pwd
+import shlex
 import shutil
 import socket
 import subprocess
@@ -109,6 +111,76 @@ def test_two_agents_at_once_share_no_folder_shared_memory_or_terminal(start: Sta
     for view, other in zip(outside, reversed(outside), strict=True):
         assert other["scratch"] in view["beside_scratch"] and set(names) <= set(view["shm"])
         assert other["terminal"] in view["pts"]
+
+
+# -- who the agent is on the host -------------------------------------------------------------------
+
+
+def host_ids(marker: str) -> dict[str, list[str]]:
+    """The ids the host's /proc gives the process named `marker` (empty: none runs)."""
+    for entry in Path("/proc").iterdir():
+        try:
+            if (entry / "comm").read_text().strip() != marker:
+                continue
+            lines = (entry / "status").read_text().splitlines()
+        except OSError:
+            continue
+        fields = dict(line.split(":", 1) for line in lines if ":" in line)
+        return {name: fields[name].split() for name in ("Uid", "Gid", "Groups")}
+    return {}
+
+
+def ids_while_it_runs(agent: CommandAgent, marker: str) -> dict[str, list[str]]:
+    async def watch() -> dict[str, list[str]]:
+        task = asyncio.create_task(agent.run({}, {"TETHER_ROLLOUT_ID": "ro-1"}, LLM_STUB, 60))
+        ids: dict[str, list[str]] = {}
+        while not task.done() and not ids:
+            ids = host_ids(marker)
+            await asyncio.sleep(0.02)
+        result = await task
+        assert result.error is None, result.stderr
+        return ids
+
+    return asyncio.run(watch())
+
+
+@pytest.mark.skipif(not AS_ROOT, reason="as root: elsewhere agents run as Tether's own (unprivileged) user")
+def test_as_root_the_agent_is_nobody_on_the_host_and_its_code_may_be_roots_only(
+    start: Start, outside_tmp: Path
+) -> None:
+    """As root without --agent-user, the agent is `nobody` outside its user namespace, with no other
+    group, cold and warm (and so is its warm interpreter); its code in a folder only root may enter (as
+    under /root), a file only root may read, still runs. `--agent-user root` keeps uid 0 (cold here: one
+    warm folder serves one user)."""
+    folder = outside_tmp / "roots-only"
+    folder.mkdir(mode=0o700)
+    shutil.copyfile(PROBE, folder / PROBE.name)
+    (folder / PROBE.name).chmod(0o600)
+    marker = f"tether-{os.getpid() % 100000}"
+    command = f"{PYTHON} {folder / PROBE.name} named {marker} 1"
+    default = ids_while_it_runs(start.agent(command, sandbox=sandbox()), marker)
+    as_root = ids_while_it_runs(CommandAgent(command, user="root", sandbox=sandbox()), marker)
+    start.check()
+    nobody = pwd.getpwnam("nobody")
+    assert default == {"Uid": [str(nobody.pw_uid)] * 4, "Gid": [str(nobody.pw_gid)] * 4, "Groups": []}
+    assert as_root["Uid"] == ["0"] * 4
+    if start.warm is not None:
+        zygotes = {os.stat(f"/proc/{z.process.pid}").st_uid for z in start.warm.zygotes.values() if z.process}
+        assert zygotes == {nobody.pw_uid}
+
+
+@pytest.mark.skipif(not AS_ROOT, reason="as root: elsewhere agents run as Tether's own (unprivileged) user")
+def test_as_root_an_agent_cwd_only_root_may_enter_is_the_agents_and_what_it_makes_is_roots(
+    outside_tmp: Path,
+) -> None:
+    folder = outside_tmp / "cwd"
+    folder.mkdir(mode=0o700)
+    (folder / "given").write_text("root's")
+    (folder / "given").chmod(0o600)
+    code = "open('made', 'w').write('x'); print(open('given').read())"
+    result = run(CommandAgent(f"{PYTHON} -c {shlex.quote(code)}", cwd=str(folder), sandbox=sandbox()))
+    assert result.error is None, result.stderr
+    assert (result.output or "").strip() == "root's" and (folder / "made").stat().st_uid == 0
 
 
 # -- the environment --------------------------------------------------------------------------------

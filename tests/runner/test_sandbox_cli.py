@@ -8,7 +8,7 @@ import os
 import shutil
 import socket
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,21 @@ def one_task(folder: Path) -> Path:
     return tasks
 
 
+NO_USERNS = (
+    "bwrap: No permissions to create new namespace, likely because the kernel does not allow "
+    "non-privileged user namespaces."
+)
+
+
+@pytest.fixture
+def fake_bin() -> Iterator[Path]:
+    """A folder for a stand-in bwrap, which the agent's user (as root: `nobody`, who runs bwrap) reaches."""
+    folder = Path(tempfile.mkdtemp(prefix="tether-fake-bin-"))
+    folder.chmod(0o755)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 # -- bad setup --------------------------------------------------------------------------------------
 
 
@@ -48,21 +63,16 @@ def test_missing_bubblewrap_is_one_line_naming_the_fix() -> None:
 
 
 def test_through_the_cli_missing_bwrap_or_user_namespaces_is_one_line(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_bin: Path
 ) -> None:
     tasks = one_task(tmp_path)
     args = ["rollout", "--agent", "true", "--tasks", str(tasks), "--sandbox", "bwrap"]
     args += ["--upstream", "http://127.0.0.1:9/v1", "--project-dir", str(tmp_path)]
-    fake = tmp_path / "bin"
-    fake.mkdir()
-    monkeypatch.setenv("PATH", str(fake))
+    monkeypatch.setenv("PATH", str(fake_bin))
     with pytest.raises(SystemExit, match="apt-get install bubblewrap"):
         main(args)
-    (fake / "bwrap").write_text(
-        "#!/bin/sh\necho 'bwrap: No permissions to create new namespace, likely because the kernel does not "
-        "allow non-privileged user namespaces.' >&2\nexit 1\n"
-    )
-    (fake / "bwrap").chmod(0o755)
+    (fake_bin / "bwrap").write_text(f"#!/bin/sh\necho '{NO_USERNS}' >&2\nexit 1\n")
+    (fake_bin / "bwrap").chmod(0o755)
     with pytest.raises(SystemExit, match="enable unprivileged user namespaces") as refused:
         main(args)
     assert "\n" not in str(refused.value)
@@ -237,6 +247,30 @@ def test_by_default_agents_run_in_the_sandbox_and_without_bwrap_one_line_says_th
     assert outside["pytest_visible"]  # an ordinary child process of Tether's
     (said,) = [r.getMessage() for r in caplog.records if "WITHOUT a sandbox" in r.getMessage()]
     assert "apt-get install bubblewrap" in said and "--sandbox none" in said and "\n" not in said
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="as root: a bwrap that runs for root only")
+def test_as_root_where_only_root_may_run_bwrap_agents_keep_uid_0_and_one_line_says_so(
+    tmp_path: Path,
+    upstream_url: str,
+    fake_bin: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Unprivileged user namespaces off: by default, agents still run in the sandbox, as uid 0 (as root's
+    did before), and one line names the fix; `--sandbox bwrap` is refused, naming it and the opt-out."""
+    real = shutil.which("bwrap")
+    script = f'#!/bin/sh\n[ "$(id -u)" = 0 ] || {{ echo "{NO_USERNS}" >&2; exit 1; }}\nexec {real} "$@"\n'
+    (fake_bin / "bwrap").write_text(script)
+    (fake_bin / "bwrap").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake_bin}{os.pathsep}{os.environ['PATH']}")
+    inside = default_rollout(tmp_path, upstream_url)
+    assert inside["pids"] <= 3 and not inside["pytest_visible"]  # in the sandbox all the same
+    (said,) = [r.getMessage() for r in caplog.records if "as uid 0" in r.getMessage()]
+    assert "enable unprivileged user namespaces" in said and "--agent-user root" in said and "\n" not in said
+    args = ["rollout", "--agent", "true", "--tasks", str(one_task(tmp_path)), "--sandbox", "bwrap"]
+    with pytest.raises(SystemExit, match="enable unprivileged user namespaces.*--agent-user root"):
+        main([*args, "--upstream", upstream_url, "--project-dir", str(tmp_path)])
 
 
 def test_an_evaluator_above_the_agents_folder_is_hidden_and_the_agent_still_runs(tmp_path: Path) -> None:

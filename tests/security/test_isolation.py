@@ -145,9 +145,18 @@ def test_an_agent_run_as_another_user_keeps_none_of_roots_groups() -> None:
     assert 0 not in (uid, gid, egid, *groups)
 
 
-def test_a_user_of_group_root_is_refused_as_agent_user() -> None:
-    with pytest.raises(ValueError, match="uid or primary group is 0"):
-        CommandAgent("true", user="root")
+def test_a_user_of_group_root_is_refused_as_agent_user(monkeypatch: pytest.MonkeyPatch) -> None:
+    operator = pwd.struct_passwd(("operator", "x", 4321, 0, "", "/", "/bin/sh"))
+    monkeypatch.setattr(pwd, "getpwnam", lambda name: operator)  # no such user on a test machine
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    with pytest.raises(ValueError, match="primary group is 0"):
+        CommandAgent("true", user="operator")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
+def test_root_as_agent_user_is_tethers_own_user() -> None:
+    # `--agent-user root`: in the sandbox, agents keep uid 0 (by default, as root, they are `nobody`)
+    assert CommandAgent("true", user="root").identity == {}
 
 
 # -- as a user runs it: `tether rollout --agent-user` ------------------------------------------------

@@ -64,7 +64,8 @@ class AgentSettings:
     user: str | None = option(
         None,
         "run agents as this OS user (Tether must run as root), so they cannot read the project's "
-        "secret and store: see docs/security.md",
+        "secret and store. As root, agents in the sandbox run as `nobody` unless this names another "
+        "user; `root` keeps them uid 0 (without capabilities): see docs/security.md",
         metavar="USER",
         flags=("--agent-user",),
         dest="agent_user",

@@ -15,8 +15,9 @@ from tether.config.agent import SandboxSettings
 from tether.config.commands import OptimizePromptSettings, RunsAgents, TrainSettings
 from tether.project import Project
 from tether.rewards import evaluator_files
-from tether.runner.agents import PRIVATE_VARIABLES, agent_identity
+from tether.runner.agents import PRIVATE_VARIABLES, agent_identity, default_identity
 from tether.runner.sandbox import (
+    BwrapSandbox,
     Sandbox,
     SandboxError,
     SandboxLimits,
@@ -79,11 +80,15 @@ def sandbox_of(settings: RunsAgents, evaluator: Callable[..., Any] | None, *othe
 
 def _runs_here(sandbox: Sandbox, agent_user: str | None, given: list[str]) -> bool:
     """Whether the default's sandbox can run here (checked once: the agent's check finds it ready), or
-    one line saying why not; sandbox options it cannot honour are refused."""
-    identity = agent_identity(agent_user) if agent_user else {}
+    one line saying why not; sandbox options it cannot honour are refused. As root, where bwrap cannot
+    run as `nobody`, agents keep uid 0 in it, and one line says so."""
+    identity = agent_identity(agent_user) if agent_user else default_identity(sandbox)
     try:
         sandbox.check(identity)
     except SandboxError as exc:
+        if not agent_user and identity and _runs_as_root(sandbox):
+            log.warning("agents run in the sandbox as uid 0 (root's, without capabilities): %s", exc)
+            return True
         if given:
             raise ValueError(f"{given[0]} needs the sandbox, which cannot run here: {exc}") from None
         log.warning(
@@ -92,6 +97,18 @@ def _runs_here(sandbox: Sandbox, agent_user: str | None, given: list[str]) -> bo
             exc,
         )
         return False
+    return True
+
+
+def _runs_as_root(sandbox: Sandbox) -> bool:
+    """Whether bwrap runs for Tether's own user, root: then agents keep it (`--agent-user root`)."""
+    if not isinstance(sandbox, BwrapSandbox):
+        return False
+    try:
+        sandbox.check({})
+    except SandboxError:
+        return False
+    sandbox.as_root = True
     return True
 
 

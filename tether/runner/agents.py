@@ -165,9 +165,9 @@ class CommandAgent:
         self.cwd = cwd
         self.env = dict(env or {})
         self.user = user
-        # The user, group and extra_groups of create_subprocess_exec: uid, primary gid, no other group.
-        self.identity: dict[str, Any] = {} if user is None else agent_identity(user)
         self.sandbox: Sandbox = sandbox or NoSandbox()
+        # The user, group and extra_groups of create_subprocess_exec: uid, primary gid, no other group.
+        self.identity: dict[str, Any] = agent_identity(user) if user else default_identity(self.sandbox)
         self.sandbox.check(self.identity)  # bad setup fails here, before any rollout
         self.warm = _warm_for(warm, self.sandbox, cwd)
 
@@ -205,8 +205,8 @@ class CommandAgent:
             return
         scratch = tempfile.mkdtemp(prefix="tether-agent-", dir=self._scratch_parent())
         try:
-            if self.user is not None:
-                shutil.chown(scratch, user=self.user)
+            if self.identity:
+                shutil.chown(scratch, user=self.identity["user"], group=self.identity["group"])
             yield scratch
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
@@ -396,19 +396,28 @@ def _absolute_if_path(part: str) -> str:
 
 def agent_identity(user: str) -> dict[str, Any]:
     """Who an agent runs as: `user`'s uid and primary gid, and no supplementary group at all (root's gid 0
-    among them, which `user=` alone would keep). A user whose primary group is 0 is refused."""
+    among them, which `user=` alone would keep). A user whose primary group is 0 is refused; root itself
+    is Tether's own user (`--agent-user root`: in the sandbox, agents that keep uid 0, as they would
+    without one)."""
     try:
         entry = pwd.getpwnam(user)
     except KeyError:
         raise ValueError(f"--agent-user {user!r}: no such user on this machine") from None
     if os.geteuid() != 0:
         raise ValueError("--agent-user needs Tether to run as root (it starts agents as that user)")
-    if entry.pw_uid == 0 or entry.pw_gid == 0:
+    if entry.pw_uid == 0:
+        return {}
+    if entry.pw_gid == 0:
         raise ValueError(
-            f"--agent-user {user!r}: its uid or primary group is 0 (root), which can read the project's "
+            f"--agent-user {user!r}: its primary group is 0 (root's), which can read the project's "
             "secret: choose a user of its own group, e.g. nobody"
         )
     return {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": []}
+
+
+def default_identity(sandbox: Sandbox) -> dict[str, Any]:
+    """Whom an agent runs as when --agent-user names none: in bwrap as root, `nobody`; else Tether's user."""
+    return sandbox.default_identity() if isinstance(sandbox, BwrapSandbox) else {}
 
 
 def _warm_for(warm: WarmStarts | None, sandbox: Sandbox, cwd: str | None) -> WarmStarts | None:

@@ -6,18 +6,21 @@ the sandbox needs around that one process. `NoSandbox` is the default and change
 runs the agent under bubblewrap (Debian's `bubblewrap`) with its own user, PID, IPC, network, UTS and
 mount namespaces, no capabilities, an environment from an allow-list, the file system read-only except
 its scratch directory, the project's state and the run's task and evaluator files hidden, resource
-limits, and one way out: the gateway, through a Unix socket per sandbox (`sandbox_relay.py`). Started
-warm (the default), the zygote runs in a bwrap sandbox of its own (`zygote_wrap`) and each child it forks
-sets up the rest itself (`confine`, `zygote_sandbox.py`). What each guarantee is, and the test that
-proves it: docs/security.md. A new kind is a class with `check` and `launch`, and one `register(...)`
-line at the end of this file.
+limits, and one way out: the gateway, through a Unix socket per sandbox (`sandbox_relay.py`); as root,
+as `nobody` unless `--agent-user` names another user (`sandbox_stage.py`; `--agent-user root` keeps uid
+0). Started warm (the default), the zygote runs in a bwrap sandbox of its own (`zygote_wrap`) and each
+child it forks sets up the rest itself (`confine`, `zygote_sandbox.py`). What each guarantee is, and the
+test that proves it: docs/security.md. A new kind is a class with `check` and `launch`, and one
+`register(...)` line at the end of this file.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import os
+import pwd
 import re
 import shutil
 import subprocess
@@ -30,11 +33,13 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from tether.registry import Registry
-from tether.runner import sandbox_relay
+from tether.runner import sandbox_relay, sandbox_stage
 from tether.runner.cgroups import Caps, Cgroups
 from tether.runner.sandbox_view import EMPTY, Layout, existing, mounts, shown_paths
 
 RELAY_SOURCE = Path(sandbox_relay.__file__)
+STAGE_SOURCE = Path(sandbox_stage.__file__)
+UNPRIVILEGED_USER = "nobody"  # as root, whom sandboxed agents run as when --agent-user names no one
 CHECK_TIMEOUT_S = 30.0
 
 
@@ -85,8 +90,9 @@ class NoSandbox:
 @dataclass(frozen=True)
 class SandboxLimits:
     """Per process (setrlimit), 0 for none. RLIMIT_NPROC is the sandbox's whole process (and thread)
-    count; the kernel does not apply it to uid 0, so as root it needs `--agent-user`. `scratch_mib` caps
-    what the agent writes in its scratch directory, a tmpfs of that size (0: the host's folder, bound)."""
+    count, for the agent's user (as root `nobody`, unless `--agent-user` names another; the kernel does
+    not apply it to uid 0, `--agent-user root`). `scratch_mib` caps what the agent writes in its scratch
+    directory, a tmpfs of that size (0: the host's folder, bound)."""
 
     cpu_s: int = 600
     memory_mib: int = 4096
@@ -109,7 +115,7 @@ PASSED_PREFIXES = ("LC_",)
 MIB = 1024 * 1024
 INNER_FALLBACK_PORT = 8080  # the gateway's own port unless it is privileged (< 1024) inside the sandbox
 # A process without CAP_SETFCAP may not map uid 0 into a user namespace it creates (Linux 5.12 and later),
-# so as root a warm zygote, which has no capability, is this uid in its sandbox (still root outside).
+# so a warm zygote of root's (`--agent-user root`), which has no capability, is this uid in its sandbox.
 ZYGOTE_UID_AS_ROOT = 1000
 MISSING = (
     "--sandbox bwrap: bubblewrap is not installed (no `{exe}` on PATH): apt-get install bubblewrap "
@@ -118,8 +124,12 @@ MISSING = (
 NO_NAMESPACES = (
     "--sandbox bwrap: bwrap cannot create the sandbox here ({why}): enable unprivileged user namespaces "
     "(sysctl -w kernel.unprivileged_userns_clone=1 user.max_user_namespaces=15000; on Ubuntu also "
-    "kernel.apparmor_restrict_unprivileged_userns=0), or run Tether as root"
+    "kernel.apparmor_restrict_unprivileged_userns=0){alternative}"
 )
+ROOT_ALTERNATIVE = {
+    True: ", or keep agents root's (uid 0 outside their user namespace) with --agent-user root",
+    False: ", or run Tether as root",
+}
 NO_SETUP = "--sandbox bwrap: bwrap cannot set up the sandbox here ({why})"
 NO_PYTHON = (
     "--sandbox bwrap: none of {tried} runs inside the sandbox as {who} (needed for its network relay): "
@@ -153,6 +163,18 @@ class BwrapSandbox:
         self.options = options or SandboxOptions()
         self._ready: dict[int | None, Ready] = {}
         self.cgroups = Cgroups()
+        self.as_root = False  # as root, agents keep uid 0 when --agent-user names no one (auto's fallback)
+        self._stage: str | None = None
+        self._idmapped: int | None = None  # the default user's uid: what root owns it is shown as its own
+
+    def default_identity(self) -> dict[str, Any]:
+        """Whom agents run as when --agent-user names no one: as root, `nobody` with no other group (uid 0
+        on the host, even without capabilities, is more than an agent needs); else Tether's own user."""
+        if os.geteuid() != 0 or self.as_root:
+            return {}
+        identity = unprivileged_identity()
+        self._idmapped = identity["user"]
+        return identity
 
     # -- the check, at start ---------------------------------------------------------------------------
 
@@ -167,7 +189,8 @@ class BwrapSandbox:
         why = self._trial(Ready(bwrap, "", disable), ["true"], identity)
         if why is not None:
             fix = NO_NAMESPACES if re.search("namespace|uid map|unshare", why, re.IGNORECASE) else NO_SETUP
-            raise SandboxError(fix.format(why=why))
+            alternative = ROOT_ALTERNATIVE[os.geteuid() == 0 and uid is not None]
+            raise SandboxError(fix.format(why=why, alternative=alternative))
         tried = _python_candidates()
         for python in tried:
             ready = Ready(bwrap, python, disable)
@@ -184,19 +207,21 @@ class BwrapSandbox:
         with tempfile.TemporaryDirectory(prefix="tether-sandbox-check-") as folder:
             _own(folder, identity)
             shown = shown_paths([ready.python] if ready.python else [], None, [], [], ())
-            layout = Layout(_mkdir(folder, "scratch"), _mkdir(folder, "relay"), shown=shown)
+            stage = self._stage_dir(identity)
+            layout = Layout(_mkdir(folder, "scratch"), _mkdir(folder, "relay"), shown=shown, stage=stage)
             _prepare_relay_dir(layout.relay_dir, identity)
             _own(layout.scratch, identity)
             inner = [*self._relay(ready, layout.relay_dir, None), *argv] if relay else argv
+            command, user = self._as_agent(layout, bwrap_argv(ready, layout, inner), identity)
             try:
                 done = subprocess.run(
-                    bwrap_argv(ready, layout, inner),
+                    command,
                     cwd=layout.scratch,
                     env={"PATH": os.environ.get("PATH", os.defpath)},
                     stdin=subprocess.DEVNULL,
                     capture_output=True,
                     timeout=CHECK_TIMEOUT_S,
-                    **identity,
+                    **user,
                 )
             except (OSError, subprocess.TimeoutExpired) as exc:
                 return str(exc)
@@ -223,10 +248,14 @@ class BwrapSandbox:
                 self._cgroup() as joins,
             ):
                 layout = self._layout(command, relay_dir, [ready.python])
+                layout = replace(layout, stage_scratch=layout.stage is not None and not command.scratch)
                 relay = self._relay(ready, relay_dir, inner_port if served else None, joins)
+                inner = bwrap_argv(ready, layout, [*relay, *command.argv])
+                argv, user = self._as_agent(layout, inner, command.identity)
                 yield replace(
                     command,
-                    argv=bwrap_argv(ready, layout, [*relay, *command.argv]),
+                    argv=argv,
+                    identity=user,
                     env=self.environment(command, target, inner_port),
                     pass_fds=(*command.pass_fds, *joins),
                 )
@@ -286,15 +315,39 @@ class BwrapSandbox:
         is not one rollout's own, and the warm folder, read-write."""
         ready = self._ready[command.identity.get("user")]
         as_root = command.identity.get("user") is None and os.geteuid() == 0
-        warm_folder = replace(command, cwd=folder, scratch=False)  # Tether's, shared: the host's folder
-        return zygote_argv(ready, self._layout(warm_folder, folder, []), as_root)
+        layout = self._layout(replace(command, cwd=folder, scratch=False), folder, [])  # the host's folder
+        return self._as_agent(layout, zygote_argv(ready, layout, as_root), command.identity)[0]
+
+    def _stage_dir(self, identity: Mapping[str, Any]) -> str | None:
+        """As root, for an agent of another user: the empty folder where each of its sandboxes has the
+        paths it shows staged, in a tmpfs of its own mount namespace (`sandbox_stage.py`); else None."""
+        if identity.get("user") is None or os.geteuid() != 0:
+            return None
+        if self._stage is None:
+            self._stage = tempfile.mkdtemp(prefix="tether-stage-")
+            atexit.register(shutil.rmtree, self._stage, True)
+        return self._stage
+
+    def _as_agent(
+        self, layout: Layout, argv: list[str], identity: Mapping[str, Any]
+    ) -> tuple[list[str], dict[str, Any]]:
+        """The command that runs bwrap's `argv` as the agent's user, and whom Tether starts it as: as
+        root, the staging script, which becomes that user once the shown paths are staged."""
+        if layout.stage is None:
+            return argv, dict(identity)
+        user = ["--uid", str(identity["user"]), "--gid", str(identity["group"]), "--stage", layout.stage]
+        user += ["--idmap", "1"] if identity["user"] == self._idmapped else []
+        user += ["--rw", layout.scratch] if layout.stage_scratch else []  # an --agent-cwd
+        staging = [sys.executable, "-I", "-S", str(STAGE_SOURCE), *user, *layout.shown]
+        return [*staging, "--", *argv], {}
 
     def _layout(self, command: Command, relay_dir: str, programs: list[str]) -> Layout:
         hide = tuple(existing(self.options.hide))
         path_env = {**command.inherited, **command.env}.get("PATH")
         shown = shown_paths(command.argv, path_env, programs, self.options.show, hide)
         size = self.options.limits.scratch_mib * MIB if command.scratch else 0
-        return Layout(os.path.realpath(command.cwd), relay_dir, hide, shown, scratch_bytes=size)
+        stage = self._stage_dir(command.identity)
+        return Layout(os.path.realpath(command.cwd), relay_dir, hide, shown, size, stage)
 
     def _relay(self, ready: Ready, relay_dir: str, port: int | None, joins: Sequence[int] = ()) -> list[str]:
         """The relay, which joins the sandbox's cgroup, listens on its loopback, sets the limits and runs
@@ -418,6 +471,15 @@ def _prepare_relay_dir(folder: str, identity: Mapping[str, Any]) -> None:
     Path(folder, EMPTY).touch(0o444)
     for path in (folder, os.path.join(folder, RELAY_SOURCE.name), os.path.join(folder, EMPTY)):
         _own(path, identity)
+
+
+def unprivileged_identity() -> dict[str, Any]:
+    """`nobody`'s uid and primary gid, and no supplementary group (as `agent_identity` gives)."""
+    try:
+        entry = pwd.getpwnam(UNPRIVILEGED_USER)
+    except KeyError:
+        return {"user": 65534, "group": 65534, "extra_groups": []}
+    return {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": []}
 
 
 def _own(path: str, identity: Mapping[str, Any]) -> None:

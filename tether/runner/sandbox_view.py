@@ -52,6 +52,8 @@ class Layout:
     hide: tuple[str, ...] = ()
     shown: tuple[str, ...] = ()
     scratch_bytes: int = 0  # > 0: the scratch directory is an empty tmpfs of this size, else the host's
+    stage: str | None = None  # `shown` staged for the agent's user: STAGE/0, ... (sandbox_stage.py)
+    stage_scratch: bool = False  # and the scratch directory (an --agent-cwd) at STAGE/rw
 
 
 def mounts(layout: Layout, proc: list[str]) -> list[str]:
@@ -63,8 +65,8 @@ def mounts(layout: Layout, proc: list[str]) -> list[str]:
     argv += ["--dev", "/dev", "--size", str(SHM_BYTES), "--tmpfs", "/dev/shm", *proc]
     for folder in shared:
         argv += ["--tmpfs", folder]
-    for path in layout.shown:
-        argv += ["--ro-bind", path, path]
+    for index, path in enumerate(layout.shown):
+        argv += ["--ro-bind", path if layout.stage is None else os.path.join(layout.stage, str(index)), path]
     argv += ["--ro-bind", layout.relay_dir, layout.relay_dir]
     covered = [p for p in layout.hide if under(p, layout.shown) and not under(p, [layout.scratch])]
     again = [p for p in layout.hide if under(p, [layout.scratch])]  # the scratch's bind shows them again
@@ -73,7 +75,8 @@ def mounts(layout: Layout, proc: list[str]) -> list[str]:
         argv += ["--size", str(layout.scratch_bytes), "--perms", "0777", "--tmpfs", layout.scratch]
         again = []
     else:
-        argv += ["--bind", layout.scratch, layout.scratch]
+        source = os.path.join(layout.stage, "rw") if layout.stage and layout.stage_scratch else layout.scratch
+        argv += ["--bind", source, layout.scratch]
         argv += _hiding(again, empty)
     hidden_dirs = (p for p in [*covered, *again] if os.path.isdir(p))
     for folder in dict.fromkeys([*shared, *hidden_dirs, "/dev", "/"]):

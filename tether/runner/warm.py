@@ -215,7 +215,7 @@ class Zygote:
                 stderr=subprocess.DEVNULL,
                 cwd=self.folder if self.warm_folder is None else None,  # one --agent-user can enter
                 start_new_session=True,
-                **identity,
+                **({} if self.wrap else identity),  # a sandbox's wrap becomes the agent's user itself
             )
             assert self.process.stdout is not None
             first = await asyncio.wait_for(asyncio.to_thread(self.process.stdout.readline), READY_TIMEOUT_S)

@@ -306,6 +306,14 @@ def neighbours(seconds):
     return seen
 
 
+def named(marker, seconds):
+    """Named `marker` (its `comm`, which the host's /proc shows too) while it waits: the test finds it."""
+    with open("/proc/self/comm", "w") as handle:
+        handle.write(marker)
+    time.sleep(float(seconds))
+    return {"uid": os.getuid()}
+
+
 def sandboxed_echo():
     """An ordinary agent (one model call, the task's `q` on stdout) that answers only inside a sandbox:
     where it sees other processes than its own, it answers wrong."""
@@ -329,6 +337,7 @@ MODES = {
     "daemon-loop": daemon_loop,
     "attack": attack,
     "neighbours": neighbours,
+    "named": named,
     "sandboxed-echo": sandboxed_echo,
 }
 
