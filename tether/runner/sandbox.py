@@ -39,6 +39,7 @@ from tether.runner.sandbox_view import EMPTY, Layout, existing, mounts, shown_pa
 
 RELAY_SOURCE = Path(sandbox_relay.__file__)
 STAGE_SOURCE = Path(sandbox_stage.__file__)
+STAGE_PREFIX = "tether-stage-"
 UNPRIVILEGED_USER = "nobody"  # as root, whom sandboxed agents run as when --agent-user names no one
 CHECK_TIMEOUT_S = 30.0
 
@@ -324,7 +325,8 @@ class BwrapSandbox:
         if identity.get("user") is None or os.geteuid() != 0:
             return None
         if self._stage is None:
-            self._stage = tempfile.mkdtemp(prefix="tether-stage-")
+            _sweep_stage_dirs()
+            self._stage = tempfile.mkdtemp(prefix=f"{STAGE_PREFIX}{os.getpid()}-")
             atexit.register(shutil.rmtree, self._stage, True)
         return self._stage
 
@@ -471,6 +473,16 @@ def _prepare_relay_dir(folder: str, identity: Mapping[str, Any]) -> None:
     Path(folder, EMPTY).touch(0o444)
     for path in (folder, os.path.join(folder, RELAY_SOURCE.name), os.path.join(folder, EMPTY)):
         _own(path, identity)
+
+
+def _sweep_stage_dirs() -> None:
+    """The stage folders a killed Tether left (always empty on the host: the mounts were in its staging
+    processes' own namespaces), named after its pid: removed once no process has that pid."""
+    for path in Path(tempfile.gettempdir()).glob(f"{STAGE_PREFIX}*-*"):
+        pid = path.name.removeprefix(STAGE_PREFIX).split("-")[0]
+        if pid.isdigit() and not Path("/proc", pid).exists():
+            with contextlib.suppress(OSError):
+                path.rmdir()
 
 
 def unprivileged_identity() -> dict[str, Any]:
