@@ -48,13 +48,37 @@ SHARED_WORKER = {"vllm": "vllm-and-ray", "ray": "vllm-and-ray"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    items.sort(key=lambda item: item.path != PIPELINES)  # stable: the rest keep their order
+    # stable sorts: the rest keep their order, and a second vLLM comes last in its group (see below)
+    items.sort(key=lambda item: item.get_closest_marker("second_vllm") is not None)
+    items.sort(key=lambda item: item.path != PIPELINES)
     for item in items:
         for marker in sorted(dependency_markers(item) - {mark.name for mark in item.iter_markers()}):
             item.add_marker(marker)
         groups = {SHARED_WORKER[mark.name] for mark in item.iter_markers() if mark.name in SHARED_WORKER}
         if groups:
             item.add_marker(pytest.mark.xdist_group(min(groups)))
+
+
+# Memory, on the 24 GiB two-core machine CI runs on: a pipeline trains SmolLM2 (up to 7 GB at its peak, two
+# run side by side at the suite's start) and the session's vLLM holds about 5 GB, so a test that starts a
+# second vLLM beside it (`second_vllm`) must not run while a pipeline does, or Ray's memory monitor kills
+# the cluster's workers at 95%. Pipelines hold the lock shared, such a test holds it alone; it is also
+# sorted to the end of its group, when the pipelines (the suite's first tests) are usually done.
+@pytest.fixture(autouse=True)
+def no_second_vllm_beside_a_pipeline(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[None]:
+    alone = request.node.get_closest_marker("second_vllm") is not None
+    if not alone and request.node.get_closest_marker("pipeline") is None:
+        yield
+        return
+    lock = tmp_path_factory.getbasetemp().parent / "tether-memory.lock"
+    with lock.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 @pytest.fixture(autouse=True)

@@ -96,7 +96,13 @@ def test_no_call_of_a_frameworks_documented_default_is_refused(tmp_path: Path, e
 
 @pytest.mark.vllm
 @pytest.mark.smollm2
-def test_dspys_json_fallback_and_smolagents_code_agent_are_served_by_vllm(tmp_path: Path) -> None:
+@pytest.mark.second_vllm
+def test_dspys_json_fallback_and_smolagents_code_agent_are_served_by_vllm(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A KV cache of 1 GiB (Tether's default on CPU is 2) holds four of these 4,096-token contexts: this is
+    # the suite's second vLLM, beside the session's.
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
     # The context SmolLM2 was trained to; and at most 64 tokens for a call that names no bound (DSPy's and
     # smolagents' name none), so that the real model's rambling ends soon on a busy CPU (the suite's other
     # workers share it): the survey is of what the calls ask, not of the answers.
