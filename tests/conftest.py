@@ -47,6 +47,7 @@ def dependency_markers(item: pytest.Item) -> set[str]:
 SHARED_WORKER = {"vllm": "vllm-and-ray", "ray": "vllm-and-ray"}
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (it suffixes each node id with its own)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # stable sorts: the rest keep their order, and a second vLLM comes last in its group (see below)
     items.sort(key=lambda item: item.get_closest_marker("second_vllm") is not None)
