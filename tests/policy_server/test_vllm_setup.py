@@ -23,6 +23,7 @@ from tests.helpers import serve_app
 from tether.policy_server.vllm import LaunchSpec, VLLMError, VLLMProcess, VLLMSetupError, find_vllm
 from tether.policy_server.vllm.launch import SUPERVISOR, probe_install
 from tether.policy_server.vllm.server import connect_external
+from tether.policy_server.vllm.supervise import GRACE_S
 
 
 def test_a_missing_vllm_environment_names_the_install_command(tmp_path: Path) -> None:
@@ -121,6 +122,20 @@ def descendants(pid: int) -> Iterator[int]:
         yield from descendants(int(child))
 
 
+def start_supervised() -> tuple[subprocess.Popen[bytes], list[int]]:
+    """The supervisor over `sleep 300`, and the pids of what it started."""
+    supervisor = subprocess.Popen(
+        [sys.executable, str(SUPERVISOR), "--", "sleep", "300"], stdin=subprocess.PIPE
+    )
+    deadline = time.monotonic() + 30
+    server: list[int] = []
+    while not server and time.monotonic() < deadline:
+        server = list(descendants(supervisor.pid))
+        time.sleep(0.1)
+    assert server, "the supervised command did not start"
+    return supervisor, server
+
+
 def test_the_server_dies_with_tether_even_on_kill_9() -> None:
     """The supervisor stops the server's whole process group when Tether's pipe closes, however it closes."""
     parent = subprocess.Popen([sys.executable, "-c", PARENT, str(SUPERVISOR)], stdout=subprocess.PIPE)
@@ -143,18 +158,24 @@ def test_the_server_dies_with_tether_even_on_kill_9() -> None:
 def test_the_server_dies_when_its_supervisor_is_killed_with_9() -> None:
     """A Ray worker's exit SIGKILLs its direct children, the supervisor among them: the kernel's
     parent-death signal then stops the server, which nothing else is left to stop."""
-    supervisor = subprocess.Popen(
-        [sys.executable, str(SUPERVISOR), "--", "sleep", "300"], stdin=subprocess.PIPE
-    )
-    deadline = time.monotonic() + 30
-    server: list[int] = []
-    while not server and time.monotonic() < deadline:
-        server = list(descendants(supervisor.pid))
-        time.sleep(0.1)
-    assert server, "the supervised command did not start"
+    supervisor, server = start_supervised()
     supervisor.send_signal(signal.SIGKILL)
     supervisor.wait()
     deadline = time.monotonic() + 30
     while any(alive(pid) for pid in server) and time.monotonic() < deadline:
         time.sleep(0.1)
+    assert not any(alive(pid) for pid in server)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_the_supervisor_stops_the_server_and_exits_on_a_signal(signum: signal.Signals) -> None:
+    """`kill`, or Ctrl-C in Tether's terminal (the supervisor is in Tether's process group): the server's
+    group stops, the supervisor reaps it and exits."""
+    supervisor, server = start_supervised()
+    supervisor.send_signal(signum)
+    try:
+        code = supervisor.wait(timeout=GRACE_S + 15)
+    finally:
+        supervisor.kill()
+    assert code == 128 + signal.SIGTERM  # the server's own end: the supervisor passed on SIGTERM
     assert not any(alive(pid) for pid in server)

@@ -65,7 +65,9 @@ def main(argv: list[str]) -> int:
     )
 
     def on_signal(signum: int, frame: object) -> None:
-        stop_group(process)
+        # Not in the handler itself: it interrupts `process.wait()` below, which holds the lock that
+        # reaping takes, so waiting here would never end (and the server would stay a zombie).
+        threading.Thread(target=stop_group, args=(process,), daemon=True).start()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
