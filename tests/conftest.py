@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 from collections.abc import Iterator
 from pathlib import Path
@@ -60,6 +61,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.xdist_group(min(groups)))
 
 
+@contextlib.contextmanager
+def workers_lock(tmp_path_factory: pytest.TempPathFactory, name: str, mode: int) -> Iterator[None]:
+    """A file lock every xdist worker of this run sees (beside their base folders), held in `mode`."""
+    lock = tmp_path_factory.getbasetemp().parent / name
+    with lock.open("a") as handle:
+        fcntl.flock(handle, mode)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 # Memory, on the 24 GiB two-core machine CI runs on: a pipeline trains SmolLM2 (up to 7 GB at its peak, two
 # run side by side at the suite's start) and the session's vLLM holds about 5 GB, so a test that starts a
 # second vLLM beside it (`second_vllm`) must not run while a pipeline does, or Ray's memory monitor kills
@@ -73,13 +86,8 @@ def no_second_vllm_beside_a_pipeline(
     if not alone and request.node.get_closest_marker("pipeline") is None:
         yield
         return
-    lock = tmp_path_factory.getbasetemp().parent / "tether-memory.lock"
-    with lock.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    with workers_lock(tmp_path_factory, "tether-memory.lock", fcntl.LOCK_EX if alone else fcntl.LOCK_SH):
+        yield
 
 
 @pytest.fixture(autouse=True)
@@ -91,13 +99,8 @@ def one_ray_test_at_a_time(
     if request.node.get_closest_marker("ray") is None:
         yield
         return
-    lock = tmp_path_factory.getbasetemp().parent / "tether-ray-tests.lock"
-    with lock.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    with workers_lock(tmp_path_factory, "tether-ray-tests.lock", fcntl.LOCK_EX):
+        yield
 
 
 @pytest.fixture(scope="session")
