@@ -22,8 +22,9 @@ $(STAMP): pyproject.toml
 	@$(MAKE) --no-print-directory sandbox-tools
 	touch $(STAMP)
 
-# bubblewrap, for `--sandbox bwrap` (which the demo does not use): installed where apt-get can run without
-# a password prompt (as root, or passwordless sudo); otherwise, or when that fails, a warning, never an error.
+# bubblewrap, the agents' sandbox (the default `--sandbox auto` uses it where it runs, the demo included;
+# without it agents run unsandboxed, with one line saying so): installed where apt-get can run without a
+# password prompt (as root, or passwordless sudo); otherwise, or when that fails, a warning, never an error.
 sandbox-tools:
 	@if command -v bwrap >/dev/null 2>&1; then :; \
 	elif command -v apt-get >/dev/null 2>&1 && { [ "$$(id -u)" -eq 0 ] || sudo -n true 2>/dev/null; }; then \

@@ -6,6 +6,10 @@
 # kill or Ctrl-C resumes it from its last checkpoint. TETHER_DEMO_FRESH=1 starts it over (passes --fresh:
 # the old run is kept as NAME~N). A resume refuses a changed task file, naming the first task that
 # differs: start over then.
+#
+# Each step samples 8 answers to each of 6 problems and takes two optimizer steps on them; training draws
+# additions and subtractions one to one (the held-out file keeps its mix): with two additions in three, the
+# policy can settle on always adding (docs/efficacy.md, "The demo").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 project=demo-project
@@ -17,7 +21,7 @@ case "${TETHER_DEMO_FRESH:-}" in
   *) fresh=(--fresh) ;;
 esac
 mkdir -p "$project"
-python examples/arith_agent/tasks.py --out-dir "$project/data" --train 200 --val 32 --seed 0
+python examples/arith_agent/tasks.py --out-dir "$project/data" --train 200 --val 32 --seed 0 --balanced-train
 tether train \
   --project-dir "$project" \
   --agent "python examples/arith_agent/agent.py" \
@@ -25,5 +29,5 @@ tether train \
   --val-tasks "$project/data/val.jsonl" \
   --reward examples/arith_agent/reward.py:correct \
   --model "${TETHER_DEMO_MODEL:-smollm2-135m}" \
-  --algorithm grpo --group-size 8 --tasks-per-step 3 --steps "$steps" --val-every 4 \
+  --algorithm grpo --group-size 8 --tasks-per-step 6 --mini-batches 2 --steps "$steps" --val-every 4 \
   --run-name "$run" ${fresh[@]+"${fresh[@]}"} "$@"

@@ -7,6 +7,10 @@ once, by `--seed` (a quarter of each operation's to val), and each split is draw
 no val problem repeats a train problem's sum or difference under other names or things; `3 + 5` and
 `5 + 3` count as the same problem.
 
+Problems are two additions to one subtraction. `--balanced-train` draws the training problems one to one
+instead (the val file stays the same): with two thirds of training rewarded for adding, "always add" is a
+policy RL can settle in, and it fails every held-out subtraction.
+
 Each task is {"id", "question", "reference": {"answer"}}: the answer is under `reference`, which only the
 evaluator gets (the agent never sees it: README, "Task files").
 """
@@ -23,14 +27,16 @@ THINGS = ["apples", "books", "coins", "cards", "pens", "shells", "stamps", "marb
 LOW, HIGH = 2, 9  # the two numbers drawn
 MAX_EXTRA = 5  # a subtraction's first number is the larger one plus 1 to this
 VAL_SHARE = 0.25  # of each operation's (numbers) combinations
+MIX = ("add", "add", "sub")  # the operations a problem is drawn from
+BALANCED = ("add", "sub")
 
 Key = tuple[str, int, int]  # (operation, first number, second number), addition's numbers sorted
 
 
-def problem(rng: random.Random) -> dict:
+def problem(rng: random.Random, mix: tuple[str, ...] = MIX) -> dict:
     name, thing = rng.choice(NAMES), rng.choice(THINGS)
     a, b = rng.randint(LOW, HIGH), rng.randint(LOW, HIGH)
-    kind = rng.choice(["add", "add", "sub"])
+    kind = rng.choice(mix)
     if kind == "sub":
         a, b = max(a, b) + rng.randint(1, MAX_EXTRA), min(a, b)
         question = f"{name} has {a} {thing} and gives away {b}. How many {thing} does {name} have now?"
@@ -55,13 +61,15 @@ def held_out_keys(seed: int) -> frozenset[Key]:
     return frozenset(held)
 
 
-def make(count: int, seed: int, held_out: frozenset[Key], val: bool) -> list[dict]:
+def make(
+    count: int, seed: int, held_out: frozenset[Key], val: bool, mix: tuple[str, ...] = MIX
+) -> list[dict]:
     """`count` problems whose combination is in `held_out` (val) or not (train), in the order the seeded
-    generator draws them."""
+    generator draws them from `mix`."""
     rng = random.Random(seed)
     tasks: list[dict] = []
     while len(tasks) < count:
-        drawn = problem(rng)
+        drawn = problem(rng, mix)
         if (drawn["key"] in held_out) == val:
             reference = {"answer": drawn["answer"]}
             tasks.append(
@@ -83,9 +91,13 @@ def main() -> None:
     parser.add_argument("--train", type=int, default=200)
     parser.add_argument("--val", type=int, default=48)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--balanced-train", action="store_true", help="draw training additions and subtractions one to one"
+    )
     args = parser.parse_args()
     held_out = held_out_keys(args.seed)
-    write(args.out_dir / "train.jsonl", make(args.train, args.seed, held_out, val=False))
+    train_mix = BALANCED if args.balanced_train else MIX
+    write(args.out_dir / "train.jsonl", make(args.train, args.seed, held_out, val=False, mix=train_mix))
     write(args.out_dir / "val.jsonl", make(args.val, args.seed + 1000, held_out, val=True))
     print(f"wrote {args.train} train and {args.val} val tasks to {args.out_dir}")
 

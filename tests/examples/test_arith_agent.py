@@ -50,6 +50,8 @@ def test_the_demos_held_out_problems_share_no_operation_and_numbers_with_trainin
     assert len(held_out) >= 10  # many combinations held out, not a few repeated
     assert {t["question"] for t in train}.isdisjoint(t["question"] for t in val)
     assert {t["id"] for t in train}.isdisjoint(t["id"] for t in val)
+    subtractions = sum(combination(task)[0] == "sub" for task in train)
+    assert 0.4 <= subtractions / len(train) <= 0.6  # the demo trains on a balanced mix (--balanced-train)
 
 
 @pytest.mark.parametrize("seed", [1, 7])
@@ -67,3 +69,21 @@ def test_every_seed_splits_the_combinations_and_reproduces_its_files(seed: int, 
     every = {key for keys in tasks.all_keys().values() for key in keys}
     assert {combination(t) for t in train + val} <= every
     assert tasks.held_out_keys(seed) < every and tasks.held_out_keys(seed) != tasks.held_out_keys(seed + 1)
+
+
+def test_a_balanced_training_mix_draws_each_operation_alike_and_keeps_the_val_file(tmp_path: Path) -> None:
+    def write(out: Path, *extra: str) -> tuple[list[dict], list[dict]]:
+        command = [sys.executable, str(ARITH.dir / "tasks.py"), "--out-dir", str(out), "--seed", "3"]
+        command += ["--train", "300", "--val", "60", *extra]
+        subprocess.run(command, check=True, capture_output=True, timeout=60)
+        return read(out / "train.jsonl"), read(out / "val.jsonl")
+
+    def share_of_subtractions(tasks: list[dict]) -> float:
+        return sum(combination(task)[0] == "sub" for task in tasks) / len(tasks)
+
+    natural_train, natural_val = write(tmp_path / "natural")
+    balanced_train, balanced_val = write(tmp_path / "balanced", "--balanced-train")
+    assert balanced_val == natural_val
+    assert share_of_subtractions(natural_train) < 0.4  # two additions to one subtraction
+    assert 0.4 <= share_of_subtractions(balanced_train) <= 0.6
+    assert {combination(t) for t in balanced_train}.isdisjoint(combination(t) for t in balanced_val)
