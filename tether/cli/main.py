@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import signal
 import sys
+import threading
+from types import FrameType
+from typing import Any
 
 from tether import __version__
 from tether.cli import (
@@ -63,6 +68,42 @@ def build_parser() -> argparse.ArgumentParser:
 MODEL_COMMANDS = frozenset({"train", "serve", "rollout", "optimize-prompt"})
 
 
+class SigtermAsInterrupt:
+    """While a command runs, SIGTERM (`kill`, a Kubernetes Job's or Ray's stop) interrupts it as Ctrl-C
+    does, and its clean-up runs: agents stopped, interrupted rollouts queued again, the sandbox's and warm
+    agents' temporary folders removed. Left to its default, SIGTERM ended the process where it stood.
+    Inside asyncio the interrupt leaves the event loop between two task steps, so no task is stopped
+    half-way through a step (SIGINT may be ignored, as in a script's background job, so asyncio's own
+    Ctrl-C handler is not there to rely on). `received` tells the two signals apart for the exit status."""
+
+    def __init__(self) -> None:
+        self.received = False
+        self._previous: Any = None
+
+    def __enter__(self) -> SigtermAsInterrupt:
+        main_thread = threading.current_thread() is threading.main_thread()
+        if main_thread and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:  # nobody else's to keep
+            self._previous = signal.signal(signal.SIGTERM, self._on_sigterm)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+
+    def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
+        self.received = True
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no event loop here: raised where the main thread is, as Ctrl-C is
+            raise KeyboardInterrupt from None
+        loop.call_soon_threadsafe(_interrupt)  # between two steps of its tasks, never inside one
+
+
+def _interrupt() -> None:
+    """Out of the event loop; asyncio then cancels every task, whose clean-up runs at its await."""
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     prefer_passive_waiting()
     words = sys.argv[1:] if argv is None else argv
@@ -72,12 +113,14 @@ def main(argv: list[str] | None = None) -> int:
         print_config(args)
         return 0
     configure_output(getattr(args, "verbose", False), args.command in MODEL_COMMANDS)
+    sigterm = SigtermAsInterrupt()
     try:
-        return int(args.command_main(args) or 0)
+        with sigterm:
+            return int(args.command_main(args) or 0)
     except SettingsError as exc:  # one line naming the setting and the fix, as argparse's own errors
         raise SystemExit(str(exc)) from None
     except KeyboardInterrupt:
-        return 130
+        return 128 + signal.SIGTERM if sigterm.received else 130
 
 
 def parse_command_line(words: list[str]) -> argparse.Namespace:

@@ -160,6 +160,9 @@ def _metadata(settings: RolloutSettings) -> dict[str, Any]:
 
 async def _run(runner: Runner, requests: list[RolloutRequest]) -> list[RolloutOutcome]:
     try:
-        return await runner.run(requests)
-    finally:
-        await runner.stop()
+        outcomes = await runner.run(requests)
+    except BaseException:  # interrupted (Ctrl-C, SIGTERM) or failed: what still ran runs on the next start
+        await runner.stop(requeue=True)
+        raise
+    await runner.stop()
+    return outcomes

@@ -111,6 +111,8 @@ class WorkerPool:
         self.run = run
         self.on_change = on_change
         self.running = 0
+        # A worker cancelled by no stop() (the process interrupted under asyncio) queues its rollout again.
+        self._requeue_on_stop = True
         self._workers: list[asyncio.Task[None]] = []
         self._work = asyncio.Event()
 
@@ -125,7 +127,8 @@ class WorkerPool:
             for i in range(self.config.n_workers)
         ]
 
-    async def stop(self) -> None:
+    async def stop(self, requeue: bool = False) -> None:
+        self._requeue_on_stop = requeue
         workers, self._workers = self._workers, []
         while workers:  # cancelled again while one lives on: code it awaits may have swallowed a cancel
             for worker in workers:
@@ -151,7 +154,7 @@ class WorkerPool:
 
     async def _worker(self, worker: str) -> None:
         while True:
-            claim = await asyncio.to_thread(self.store.claim, worker, self.run)
+            claim = await self._claim(worker)
             if claim is None:
                 self._work.clear()
                 # Not wait_for: on Python 3.11 it swallows a cancel that lands as the event is set (a
@@ -161,6 +164,23 @@ class WorkerPool:
                         await self._work.wait()
                 continue
             await self._run_claim(claim)
+
+    async def _claim(self, worker: str) -> Claim | None:
+        claiming = asyncio.ensure_future(asyncio.to_thread(self.store.claim, worker, self.run))
+        try:
+            return await asyncio.shield(claiming)
+        except asyncio.CancelledError:  # stopped while the store claimed: its thread finishes regardless
+            claim = await claiming
+            if claim is not None:
+                await self._interrupted(claim.rollout, claim.attempt.number)
+            raise
+
+    async def _interrupted(self, rollout: Rollout, attempt: int) -> None:
+        """The pool stopped under this attempt: the rollout ends `cancelled`, or goes back to the queue."""
+        if self._requeue_on_stop:
+            await asyncio.shield(self._abandon(rollout, attempt, "interrupted: runs again on resume"))
+        else:
+            await asyncio.shield(self._close(rollout, attempt, RolloutStatus.cancelled, None, "interrupted"))
 
     async def _run_claim(self, claim: Claim) -> None:
         rollout, attempt = claim.rollout, claim.attempt.number
@@ -175,7 +195,7 @@ class WorkerPool:
                 task, env, self.endpoints.llm(rollout.id, attempt), self.config.timeout_s
             )
         except asyncio.CancelledError:
-            await asyncio.shield(self._close(rollout, attempt, RolloutStatus.cancelled, None, "interrupted"))
+            await self._interrupted(rollout, attempt)
             raise
         except Exception as exc:  # launching the agent failed: this attempt fails, never the run
             log.warning("rollout %s: the agent could not run: %s", rollout.id, exc)
@@ -183,6 +203,14 @@ class WorkerPool:
         finally:
             heartbeat.cancel()
             self._count(-1)
+        settling = asyncio.ensure_future(self._settle(rollout, attempt, result))
+        try:
+            await asyncio.shield(settling)
+        except asyncio.CancelledError:  # stopped as the agent ended: its result is recorded first
+            await settling
+            raise
+
+    async def _settle(self, rollout: Rollout, attempt: int, result: AgentResult) -> None:
         try:
             if result.runner_lost:
                 await self._abandon(rollout, attempt, result.error or "the runner lost the agent")

@@ -56,6 +56,7 @@ class RolloutWorkerActor:
         self.spec = spec
         self.where = where_am_i(cpus, 0.0)
         self._stopped = threading.Event()
+        self._requeue: list[bool] = [False]  # read by `_serve` once stopped
 
     def placement(self) -> dict[str, Any]:
         return self.where
@@ -71,7 +72,7 @@ class RolloutWorkerActor:
             asyncio.set_event_loop_policy(asyncio.DefaultEventLoopPolicy())
             try:
                 with asyncio.Runner(loop_factory=asyncio.SelectorEventLoop) as runner:
-                    result.append(runner.run(_serve(self.spec, self.where, self._stopped)))
+                    result.append(runner.run(_serve(self.spec, self.where, self._stopped, self._requeue)))
             except BaseException as exc:  # handed to the caller's thread below
                 errors.append(exc)
 
@@ -82,11 +83,14 @@ class RolloutWorkerActor:
             raise errors[0]
         return result[0]
 
-    def stop(self) -> None:
+    def stop(self, requeue: bool = False) -> None:
+        self._requeue[0] = requeue
         self._stopped.set()
 
 
-async def _serve(spec: WorkerSpec, where: dict[str, Any], stopped: threading.Event) -> str:
+async def _serve(
+    spec: WorkerSpec, where: dict[str, Any], stopped: threading.Event, requeue: list[bool]
+) -> str:
     """The pool of one worker actor, until `stopped` (a module function: an `async def` method would make
     Ray run the actor's methods on one event loop, where `serve` would block every other call)."""
     from tether.store.client import StoreClient
@@ -104,7 +108,7 @@ async def _serve(spec: WorkerSpec, where: dict[str, Any], stopped: threading.Eve
                 raise RuntimeError(f"rollout worker on {label}: {failure}")
             await asyncio.sleep(STOP_POLL_S)
     finally:
-        await pool.stop()
+        await pool.stop(requeue[0])
         store.close()
     return label
 
@@ -205,12 +209,12 @@ class RayPool:
                     placed.append(placement_of(f"rollout worker {i}", ray.get(ref)))
         return placed
 
-    async def stop(self) -> None:
+    async def stop(self, requeue: bool = False) -> None:
         import ray
 
         if not self._actors:
             return
-        stops = [actor.stop.remote() for actor in self._actors]
+        stops = [actor.stop.remote(requeue) for actor in self._actors]
         await asyncio.to_thread(ray.wait, self._serving, num_returns=len(self._serving), timeout=30)
         for ref in [*stops, *self._serving]:  # read, so that Ray does not report them as unhandled
             with contextlib.suppress(Exception):

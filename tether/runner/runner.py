@@ -29,7 +29,9 @@ class Pool(Protocol):
 
     def start(self) -> None: ...
 
-    async def stop(self) -> None: ...
+    async def stop(self, requeue: bool = False) -> None:
+        """Stop the workers. What they still run ends `cancelled`, or with `requeue` goes back to the queue
+        without using up an attempt (an interrupted command's rollouts, which its next start runs)."""
 
     def wake(self) -> None: ...
 
@@ -74,8 +76,8 @@ class Runner:
     def start(self) -> None:
         self.pool.start()
 
-    async def stop(self) -> None:
-        await self.pool.stop()
+    async def stop(self, requeue: bool = False) -> None:
+        await self.pool.stop(requeue)
 
     async def enqueue(self, requests: Sequence[RolloutRequest]) -> list[Rollout]:
         rollouts = await self.driver.submit(requests)

@@ -36,6 +36,7 @@ from tether.registry import Registry
 from tether.runner import sandbox_relay, sandbox_stage
 from tether.runner.cgroups import Caps, Cgroups
 from tether.runner.sandbox_view import EMPTY, Layout, existing, mounts, shown_paths
+from tether.runner.socket_dirs import socket_parent
 
 RELAY_SOURCE = Path(sandbox_relay.__file__)
 STAGE_SOURCE = Path(sandbox_stage.__file__)
@@ -288,7 +289,7 @@ class BwrapSandbox:
         folder = os.path.realpath(folder)
         if not os.path.exists(os.path.join(folder, RELAY_SOURCE.name)):
             _prepare_relay_dir(folder, command.identity)
-        relay_dir = tempfile.mkdtemp(prefix="tether-sandbox-")
+        relay_dir = tempfile.mkdtemp(prefix="tether-sandbox-", dir=socket_parent())
         try:
             _own(relay_dir, command.identity)
             async with _gateway_socket(relay_dir, target, command.identity) as served:

@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tether.runner.sandbox import Command, Confined
+from tether.runner.sandbox import Command, Confined, socket_parent
 from tether.runner.zygote import is_tether
 
 ZYGOTE_SCRIPT = Path(__file__).with_name("zygote.py")
@@ -376,7 +376,7 @@ class WarmStarts:
         self.failures: dict[str, int] = {}
         self.cold: dict[str, str] = {}  # why it starts cold
         self.forked = 0  # agents started warm
-        self.folder = tempfile.mkdtemp(prefix="tether-warm-")
+        self.folder = tempfile.mkdtemp(prefix="tether-warm-", dir=socket_parent())
         self.warm_folder: str | None = None  # for sandboxed agents (`sandbox_folder`)
         self._wraps: dict[tuple[str, ...], str] = {}  # sandboxed zygotes' keys
         self._locks: dict[asyncio.AbstractEventLoop, asyncio.Lock] = {}
@@ -487,7 +487,7 @@ class WarmStarts:
         """The warm folder of sandboxed agents: the zygote's scripts, each zygote's socket, and each
         rollout's scratch directory, which only the zygotes' sandboxes see whole."""
         if self.warm_folder is None:
-            folder = tempfile.mkdtemp(prefix="tether-sandbox-warm-")
+            folder = tempfile.mkdtemp(prefix="tether-sandbox-warm-", dir=socket_parent())
             for script in (ZYGOTE_SCRIPT, CONFINEMENT_SCRIPT):
                 shutil.copyfile(script, os.path.join(folder, script.name))
             if identity:

@@ -78,9 +78,9 @@ class KubernetesPool:
         self.reconciler.start()
         self.pool.start()
 
-    async def stop(self) -> None:
+    async def stop(self, requeue: bool = False) -> None:
         """Cancelling the workers deletes their running Jobs; the reconciler then deletes what is left."""
-        await self.pool.stop()
+        await self.pool.stop(requeue)
         await self.reconciler.stop()
         await self.relay.stop()
         self._relay_task = None
