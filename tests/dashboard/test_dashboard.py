@@ -214,6 +214,12 @@ def test_each_policy_is_charted_with_its_version_when_the_run_trains_several(
             "policies-run rewriter (v2)",
         ]
         page.screenshot(path=str(artifacts / "policies.png"), full_page=True)
+        # Ticked again while an earlier refresh still waits on the server: each record is added once.
+        overlapping = f"""() => activeCurves.show([{RUN!r}]).then(() => Promise.all([
+            activeCurves.show([{RUN!r}, 'policies-run']), activeCurves.show([{RUN!r}, 'policies-run'])
+        ])).then(() => activeCurves.runs.get('policies-run').policies.writer.length)"""
+        assert page.evaluate(overlapping) == 3
+        assert page.locator("#policies-chart").get_attribute("data-points") == "6"
         page.locator('#runs tr[data-run="policies-run"] input[type=checkbox]').uncheck()
         page.wait_for_selector('#policies-chart[data-points="0"]', state="attached", timeout=WAIT_MS)
         assert page.locator("#chart canvas").count() == 1 and page.locator("#policies").is_hidden()

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -122,6 +124,16 @@ def descendants(pid: int) -> Iterator[int]:
         yield from descendants(int(child))
 
 
+@pytest.fixture
+def temporary(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The supervisors' temporary directory (short enough for sockets; pytest's tmp_path is not), removed
+    after: a supervisor killed with -9 cannot remove the folder it made there."""
+    folder = Path(tempfile.mkdtemp(dir="/tmp"))
+    monkeypatch.setenv("TMPDIR", str(folder))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 def start_supervised() -> tuple[subprocess.Popen[bytes], list[int]]:
     """The supervisor over `sleep 300`, and the pids of what it started."""
     supervisor = subprocess.Popen(
@@ -136,7 +148,7 @@ def start_supervised() -> tuple[subprocess.Popen[bytes], list[int]]:
     return supervisor, server
 
 
-def test_the_server_dies_with_tether_even_on_kill_9() -> None:
+def test_the_server_dies_with_tether_even_on_kill_9(temporary: Path) -> None:
     """The supervisor stops the server's whole process group when Tether's pipe closes, however it closes."""
     parent = subprocess.Popen([sys.executable, "-c", PARENT, str(SUPERVISOR)], stdout=subprocess.PIPE)
     assert parent.stdout is not None
@@ -155,7 +167,7 @@ def test_the_server_dies_with_tether_even_on_kill_9() -> None:
     assert not any(alive(pid) for pid in [supervisor, *server])
 
 
-def test_the_server_dies_when_its_supervisor_is_killed_with_9() -> None:
+def test_the_server_dies_when_its_supervisor_is_killed_with_9(temporary: Path) -> None:
     """A Ray worker's exit SIGKILLs its direct children, the supervisor among them: the kernel's
     parent-death signal then stops the server, which nothing else is left to stop."""
     supervisor, server = start_supervised()
@@ -168,7 +180,9 @@ def test_the_server_dies_when_its_supervisor_is_killed_with_9() -> None:
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_the_supervisor_stops_the_server_and_exits_on_a_signal(signum: signal.Signals) -> None:
+def test_the_supervisor_stops_the_server_and_exits_on_a_signal(
+    signum: signal.Signals, temporary: Path
+) -> None:
     """`kill`, or Ctrl-C in Tether's terminal (the supervisor is in Tether's process group): the server's
     group stops, the supervisor reaps it and exits."""
     supervisor, server = start_supervised()
@@ -179,3 +193,29 @@ def test_the_supervisor_stops_the_server_and_exits_on_a_signal(signum: signal.Si
         supervisor.kill()
     assert code == 128 + signal.SIGTERM  # the server's own end: the supervisor passed on SIGTERM
     assert not any(alive(pid) for pid in server)
+
+
+def test_the_sockets_a_crashed_server_leaves_are_removed_with_its_folder(
+    tmp_path: Path, temporary: Path
+) -> None:
+    """vLLM names its sockets at random under $VLLM_RPC_BASE_PATH, and a process killed with -9 leaves its
+    socket behind: the supervisor gives the server a folder of its own there and removes it at the end."""
+    told = tmp_path / "rpc-path"
+    script = f'echo "$VLLM_RPC_BASE_PATH" > {told}; touch "$VLLM_RPC_BASE_PATH/left-behind"; sleep 300'
+    supervisor = subprocess.Popen(
+        [sys.executable, str(SUPERVISOR), "--", "sh", "-c", script],
+        stdin=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not (told.exists() and told.read_text().strip()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        folder = Path(told.read_text().strip())
+        assert folder.parent == temporary and folder.name.startswith("tether-vllm-")
+        assert (folder / "left-behind").exists()
+        server = next(descendants(supervisor.pid))  # the leader of the server's process group
+        os.killpg(server, signal.SIGKILL)  # as `VLLMProcess.crash()`: the server dies, the supervisor exits
+        assert supervisor.wait(timeout=30) == 128 + signal.SIGKILL
+    finally:
+        supervisor.kill()
+    assert not folder.exists()

@@ -96,7 +96,7 @@ def test_two_agents_at_once_share_no_folder_shared_memory_or_terminal(start: Sta
     inside = asyncio.run(side_by_side(start.agent(probe("neighbours", 1.5), sandbox=sandbox())))
     start.sandboxed += 1  # two runs of the one agent
     try:
-        outside = asyncio.run(side_by_side(CommandAgent(probe("neighbours", 1.5))))
+        outside = asyncio.run(side_by_side(CommandAgent(probe("neighbours", 1.5, "tether-,ro-"))))
     finally:
         for name in names:
             Path("/dev/shm", name).unlink(missing_ok=True)

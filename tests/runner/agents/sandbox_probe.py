@@ -288,22 +288,29 @@ def attack(*pairs):
     return found
 
 
-def neighbours(seconds):
+def neighbours(seconds, keep=""):
     """What an agent sees of another one running beside it: it leaves a file in /dev/shm and opens a
     terminal, waits, lists the folder its scratch directory is in, /dev/shm and /dev/pts, and waits again
-    (so that one started a little later sees it too)."""
+    (so that one started a little later sees it too). `keep` (prefixes, comma-separated) lists only the
+    entries that start with one of them: a host's /tmp and /dev/shm can hold thousands, more than an
+    agent's output may be."""
     write(os.path.join("/dev/shm", os.environ["TETHER_ROLLOUT_ID"]))
     terminal = os.openpty()
     time.sleep(float(seconds))
     seen = {
         "scratch": os.path.basename(os.getcwd()),
-        "beside_scratch": sorted(os.listdir(os.path.dirname(os.getcwd()))),
-        "shm": sorted(os.listdir("/dev/shm")),
+        "beside_scratch": kept(os.listdir(os.path.dirname(os.getcwd())), keep),
+        "shm": kept(os.listdir("/dev/shm"), keep),
         "pts": sorted(os.listdir("/dev/pts")),
         "terminal": os.path.basename(os.ttyname(terminal[1])),
     }
     time.sleep(float(seconds))
     return seen
+
+
+def kept(entries, keep):
+    prefixes = tuple(keep.split(",")) if keep else ("",)
+    return sorted(entry for entry in entries if entry.startswith(prefixes))
 
 
 def named(marker, seconds):

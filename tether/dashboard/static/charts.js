@@ -33,6 +33,7 @@ class RunCurves {
     this.policiesPlot = null;
     this.signalPlot = null;
     this.timer = null;
+    this.polling = Promise.resolve();
     this.resize = new ResizeObserver(() => this.fit());
     this.resize.observe(container);
   }
@@ -53,7 +54,15 @@ class RunCurves {
     this.resize.disconnect();
   }
 
-  async poll() {
+  // One poll at a time: two at once (a box ticked while the timer's poll waits) would both read a run
+  // from the same offset and add its records twice.
+  poll() {
+    const next = this.polling.then(() => this.pollOnce());
+    this.polling = next.catch(() => {});
+    return next;
+  }
+
+  async pollOnce() {
     let changed = false;
     for (const [name, run] of this.runs) {
       const chunk = await api.get(`/runs/${encodeURIComponent(name)}/metrics`, { offset: run.offset });

@@ -6,18 +6,37 @@ with a pipe as its stdin. It starts vLLM in a process group of its own, then wai
 SIGTERM, then SIGKILL after a grace period. vLLM's own exit code becomes this process's. Should this
 process itself be killed with -9 (a Ray worker's children are, when the worker exits), the kernel sends
 vLLM SIGTERM (Linux's parent-death signal), and vLLM stops its own engine processes.
+
+vLLM's processes talk over Unix sockets it names at random in the temporary directory, and a process
+killed leaves its socket behind: this process gives vLLM a folder of its own for them, and removes it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 
 GRACE_S = 15.0
+RPC_PATH_ENV = "VLLM_RPC_BASE_PATH"
+SOCKET_PATH_MAX = 107  # Linux's sun_path, less its terminating NUL
+RPC_NAME_BYTES = 1 + 20 + 1 + 36  # "/tether-vllm-XXXXXXXX/" and a uuid4
+
+
+def rpc_folder() -> str | None:
+    """A new folder for vLLM's sockets, in the temporary directory unless its path is too long for a
+    socket; None when the caller chose vLLM's folder already."""
+    if os.environ.get(RPC_PATH_ENV):
+        return None
+    parent = tempfile.gettempdir()
+    if len(parent) + RPC_NAME_BYTES > SOCKET_PATH_MAX:
+        parent = "/tmp"
+    return tempfile.mkdtemp(prefix="tether-vllm-", dir=parent)
 
 
 def stop_group(process: subprocess.Popen[bytes]) -> None:
@@ -60,8 +79,18 @@ def main(argv: list[str]) -> int:
         print("usage: supervise.py -- COMMAND [ARGS...]", file=sys.stderr)
         return 2
     command = argv[argv.index("--") + 1 :]
+    folder = rpc_folder()
+    env = {**os.environ, RPC_PATH_ENV: folder} if folder else None
+    try:
+        return supervise(command, env)
+    finally:
+        if folder:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def supervise(command: list[str], env: dict[str, str] | None) -> int:
     process = subprocess.Popen(
-        command, start_new_session=True, stdin=subprocess.DEVNULL, preexec_fn=_term_when_parent_dies
+        command, start_new_session=True, stdin=subprocess.DEVNULL, env=env, preexec_fn=_term_when_parent_dies
     )
 
     def on_signal(signum: int, frame: object) -> None:
