@@ -76,7 +76,14 @@ def look(spec):
     """`list:PATH` lists a folder, `path:PATH` or `PATH` reads a file (`path:` keeps a path off the
     command line, which the sandbox shows files of)."""
     kind, _, path = spec.partition(":") if spec.startswith(("list:", "path:")) else ("path", "", spec)
-    return attempt(os.listdir if kind == "list" else read, path)
+    return attempt(listing if kind == "list" else read, path)
+
+
+def listing(path):
+    """A folder's names; a count where there are more than an agent's output would hold (an unsandboxed
+    agent lists the host's /tmp, which can hold thousands)."""
+    names = os.listdir(path)
+    return names if len(names) <= 500 else f"{len(names)} names"
 
 
 def files(project, other_scratch, *extra):
@@ -89,7 +96,7 @@ def files(project, other_scratch, *extra):
         "writes_outside": [attempt(write, path) for path in outside],
         "write_cwd": attempt(write, "mine.txt"),
         "home_is_cwd": os.environ.get("HOME") == os.getcwd(),
-        "tmp": attempt(os.listdir, "/tmp"),
+        "tmp": attempt(listing, "/tmp"),
         "own_code": attempt(read, __file__) is not None and os.path.exists(__file__),
         "beside_own_code": sorted(os.listdir(os.path.dirname(os.path.abspath(__file__)))),
     }
