@@ -7,8 +7,9 @@ SIGTERM, then SIGKILL after a grace period. vLLM's own exit code becomes this pr
 process itself be killed with -9 (a Ray worker's children are, when the worker exits), the kernel sends
 vLLM SIGTERM (Linux's parent-death signal), and vLLM stops its own engine processes.
 
-vLLM's processes talk over Unix sockets it names at random in the temporary directory, and a process
-killed leaves its socket behind: this process gives vLLM a folder of its own for them, and removes it.
+vLLM's processes talk over Unix sockets it names at random in the temporary directory, and leaves them
+there when it is stopped (seven per server here): this process gives vLLM a folder of its own for them,
+and removes it.
 """
 
 from __future__ import annotations
